@@ -1,0 +1,237 @@
+"""Timing harness: measure callables, run peers on the same input in the same
+process, report ratios as tidy rows; plus the machine probes (STREAM triad,
+scheduler round trip, comms latency/bandwidth) every figure is read against.
+
+Examples
+--------
+>>> import numpy as np
+>>> t = measure(lambda: np.ones(1000).sum(), repeat=3)
+>>> t.median > 0
+True
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .backend import synchronize
+
+__all__ = [
+    "Timing",
+    "measure",
+    "compare",
+    "ratio_table",
+    "stream_triad",
+    "scheduler_roundtrip",
+    "comms_pingpong",
+    "progress",
+]
+
+
+@dataclass
+class Timing:
+    """Wall-clock seconds of repeated runs of one callable."""
+
+    name: str
+    times: list[float]
+    value: Any = field(default=None, repr=False)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def max(self) -> float:
+        return max(self.times)
+
+    def row(self, **extra: Any) -> dict:
+        """A tidy row: name, repeats, min/median/max seconds and ``extra``."""
+        return {"name": self.name, "repeats": len(self.times), "min_s": self.min, "median_s": self.median,
+                "max_s": self.max, **extra}
+
+
+def _block(value: Any) -> None:
+    # Dask collections and futures: wait for them; device arrays: synchronise.
+    try:
+        from distributed import Future, wait
+        if isinstance(value, Future):
+            wait(value)
+            return
+        if isinstance(value, list | tuple) and value and isinstance(value[0], Future):
+            wait(list(value))
+            return
+    except ImportError:  # pragma: no cover
+        pass
+    if hasattr(value, "dask") and hasattr(value, "persist"):
+        from distributed import wait
+        wait(value)
+        return
+    synchronize(value) if value is not None else synchronize()
+
+
+def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, repeat: int = 3,
+            setup: Callable[[], Any] | None = None, keep_value: bool = False) -> Timing:
+    """Time ``fn()`` ``repeat`` times after ``warmup`` untimed runs.
+
+    GPU work is synchronised and Dask futures/persisted collections are
+    waited for before the clock stops.  ``setup`` (untimed) runs before each call.
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    for _ in range(warmup):
+        if setup:
+            setup()
+        _block(fn())
+    times, value = [], None
+    for _ in range(repeat):
+        if setup:
+            setup()
+        t0 = time.perf_counter()
+        value = fn()
+        _block(value)
+        times.append(time.perf_counter() - t0)
+    return Timing(name or getattr(fn, "__name__", "fn"), times, value if keep_value else None)
+
+
+def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple[str, Callable[[], Any]]], *,
+            warmup: int = 1, repeat: int = 3, **labels: Any) -> list[dict]:
+    """Time ``ours`` and each peer on the same input in this process.
+
+    Returns tidy rows with ``speedup`` = peer median / ours median for each peer
+    (>1 means ours is faster) and any ``labels`` (kernel, size, workers ...).
+    """
+    t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat)
+    rows = [t_ours.row(role="ours", speedup=1.0, **labels)]
+    for pname, pfn in peers:
+        t = measure(pfn, name=pname, warmup=warmup, repeat=repeat)
+        rows.append(t.row(role="peer", speedup=t.median / t_ours.median, **labels))
+    return rows
+
+
+def ratio_table(rows: Sequence[dict]) -> Any:
+    """Rows as a pandas DataFrame (the tidy metrics table notebooks save)."""
+    import pandas as pd
+
+    return pd.DataFrame(list(rows))
+
+
+def progress(iterable: Any, desc: str = "", total: int | None = None, **kw: Any) -> Any:
+    """A tqdm progress bar (notebook-aware) over ``iterable``."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        return iterable
+    return tqdm(iterable, desc=desc, total=total, **kw)
+
+
+# --------------------------------------------------------------------------
+# Machine probes
+# --------------------------------------------------------------------------
+
+
+def _triad_rank(comm: Any, _: Any, n: int, repeat: int) -> dict:
+    a = np.zeros(n)
+    b = np.random.default_rng(comm.rank).random(n)
+    c = np.random.default_rng(comm.rank + 1).random(n)
+    s = 3.0
+    best = np.inf
+    for _ in range(repeat):
+        comm.barrier()  # all workers stream at once: aggregate, not one at a time
+        t0 = time.perf_counter()
+        np.multiply(c, s, out=a)
+        np.add(a, b, out=a)
+        best = min(best, time.perf_counter() - t0)
+    # numpy's two-pass triad moves 5 arrays' worth (read c, write a, read a, read b, write a);
+    # STREAM counts 3 (24 B/element), so report STREAM's convention from the measured time.
+    return {"rank": comm.rank, "gbps": 3 * 8 * n / best / 1e9}
+
+
+def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> dict:
+    """STREAM triad ``a = b + s*c`` run on every worker at once.
+
+    Returns ``{"per_worker_gbps": [...], "aggregate_gbps": float}`` in
+    STREAM's accounting (24 bytes per element).  Arrays of ``n`` float64
+    (default 256 MiB each) defeat the caches.
+
+    Note: numpy evaluates the triad in two passes (no fused kernel), so the
+    figure is a lower bound on the hardware's STREAM number.
+    """
+    from . import comms
+    from .cluster import default_client, worker_addresses
+
+    client = default_client(client)
+    addrs = worker_addresses(client)
+    res = comms.spmd(_triad_rank, [None] * len(addrs), n, repeat, client=client)
+    per = [r["gbps"] for r in sorted(res, key=lambda r: r["rank"])]
+    return {"per_worker_gbps": per, "aggregate_gbps": float(sum(per)), "workers": addrs}
+
+
+def scheduler_roundtrip(client: Any = None, *, repeat: int = 50) -> dict:
+    """Seconds for one tiny task submitted, run and gathered through the scheduler."""
+    from .cluster import default_client
+
+    client = default_client(client)
+    client.submit(int, 0, pure=False).result()
+    times = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        client.submit(int, i, pure=False).result()
+        times.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(times), "min_s": min(times), "times": times}
+
+
+def _pingpong_rank(comm: Any, _: Any, sizes: Sequence[int], repeat: int) -> list[dict]:
+    rows = []
+    if comm.size < 2:
+        return rows
+    peer = 1 - comm.rank if comm.rank < 2 else None
+    for nb in sizes:
+        buf = np.ones(max(1, nb // 8))
+        comm.barrier()
+        if peer is None:
+            continue
+        times = []
+        for i in range(repeat):
+            t0 = time.perf_counter()
+            if comm.rank == 0:
+                comm.send(peer, buf, tag=("pp", nb))
+                comm.recv(peer, tag=("pp", nb))
+            else:
+                comm.recv(peer, tag=("pp", nb))
+                comm.send(peer, buf, tag=("pp", nb))
+            times.append(time.perf_counter() - t0)
+        if comm.rank == 0:
+            one_way = statistics.median(times) / 2
+            rows.append({"bytes": int(buf.nbytes), "one_way_s": one_way, "gbps": buf.nbytes / one_way / 1e9})
+    return rows
+
+
+def comms_pingpong(client: Any = None, *, sizes: Sequence[int] = (8, 1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24),
+                   repeat: int = 10) -> list[dict]:
+    """Worker-to-worker ping-pong over :mod:`workbench.comms` between the first two workers.
+
+    Returns rows ``bytes``, ``one_way_s`` (median half round trip), ``gbps``.
+    """
+    from . import comms
+    from .cluster import default_client, worker_addresses
+
+    client = default_client(client)
+    addrs = worker_addresses(client)
+    if len(addrs) < 2:
+        return []
+    res = comms.spmd(_pingpong_rank, [None] * len(addrs), list(sizes), repeat, client=client)
+    return res[0]
+
+
+def as_dict(t: Timing) -> dict:
+    return asdict(t)

@@ -1,0 +1,264 @@
+"""Data generators (seeded, deterministic per block, runnable on the workers) and loaders.
+
+The Graph500 Kronecker generator follows the specification's reference
+(``kronecker_generator.m``): SCALE levels of quadrant choices with
+A=0.57, B=0.19, C=0.19, a random vertex relabeling and an edge shuffle.
+Edges are produced in fixed-size blocks, each from its own RNG stream
+``(seed, block)``, so the same seed gives the same edge list however many
+workers produce it.  The relabeling is a seeded bijection of ``[0, 2**SCALE)``
+(multiply-xorshift rounds), computable per vertex without holding a
+permutation table, which is what lets large scales generate on the workers.
+
+Examples
+--------
+>>> A = rmat(10, seed=1)
+>>> A.shape, (A != A.T).nnz, A.diagonal().any()
+((1024, 1024), 0, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "kronecker_edges",
+    "kronecker_block",
+    "rmat",
+    "rmat_distributed",
+    "search_keys",
+    "grid_graph",
+    "load_edgelist",
+    "load_mtx",
+    "EDGE_BLOCK",
+]
+
+#: Edges generated per RNG stream.  Fixed, so the graph does not depend on the worker count.
+EDGE_BLOCK = 1 << 18
+
+_A, _B, _C = 0.57, 0.19, 0.19
+
+
+def _validate_scale(scale: int, edgefactor: int) -> None:
+    if not isinstance(scale, int | np.integer) or not 1 <= scale <= 40:
+        raise ValueError(f"scale must be an int in [1, 40], got {scale!r}")
+    if not isinstance(edgefactor, int | np.integer) or edgefactor < 1:
+        raise ValueError(f"edgefactor must be a positive int, got {edgefactor!r}")
+
+
+def _relabel(v: np.ndarray, scale: int, seed: int) -> np.ndarray:
+    """Seeded bijection of [0, 2**scale): rounds of odd multiply and xorshift mod 2**scale."""
+    mask = np.uint64((1 << scale) - 1)
+    rng = np.random.default_rng([int(seed), 0x5EED])
+    mults = rng.integers(1, 1 << 62, size=4, dtype=np.uint64) | np.uint64(1)
+    adds = rng.integers(0, 1 << 62, size=4, dtype=np.uint64)
+    x = v.astype(np.uint64) & mask
+    shift = np.uint64(max(1, (scale + 1) // 2))
+    with np.errstate(over="ignore"):
+        for m, a in zip(mults, adds, strict=True):
+            x = (x * m + a) & mask
+            x = x ^ (x >> shift)
+    return x.astype(np.int64)
+
+
+def kronecker_block(scale: int, edgefactor: int, seed: int, block: int) -> np.ndarray:
+    """Edge block ``block`` of the Graph500 Kronecker graph, shape (2, m_block), int64.
+
+    Blocks ``0 .. n_blocks-1`` together form the whole edge list (with
+    relabeled vertices and shuffled within each block); a block depends only
+    on ``(scale, edgefactor, seed, block)``.
+    """
+    _validate_scale(scale, edgefactor)
+    m = edgefactor * (1 << scale)
+    start = block * EDGE_BLOCK
+    if not 0 <= start < m:
+        raise ValueError(f"block {block} out of range for {m} edges")
+    size = min(EDGE_BLOCK, m - start)
+    rng = np.random.default_rng([int(seed), int(scale), int(block)])
+    ab = _A + _B
+    c_norm = _C / (1.0 - ab)
+    a_norm = _A / ab
+    ii = np.zeros(size, dtype=np.int64)
+    jj = np.zeros(size, dtype=np.int64)
+    for ib in range(scale):
+        ii_bit = rng.random(size) > ab
+        jj_bit = rng.random(size) > np.where(ii_bit, c_norm, a_norm)
+        ii |= ii_bit.astype(np.int64) << ib
+        jj |= jj_bit.astype(np.int64) << ib
+    ij = np.stack([_relabel(ii, scale, seed), _relabel(jj, scale, seed)])
+    return ij[:, rng.permutation(size)]
+
+
+def kronecker_edges(scale: int, edgefactor: int = 16, seed: int = 0,
+                    blocks: Sequence[int] | None = None) -> np.ndarray:
+    """The Graph500 edge list (2, edgefactor * 2**scale) (or the given blocks of it)."""
+    _validate_scale(scale, edgefactor)
+    n_blocks = -(-edgefactor * (1 << scale) // EDGE_BLOCK)
+    blocks = range(n_blocks) if blocks is None else blocks
+    parts = [kronecker_block(scale, edgefactor, seed, b) for b in blocks]
+    return np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.int64)
+
+
+def _symmetric_csr(src: np.ndarray, dst: np.ndarray, n_rows: int, n_cols: int, row0: int = 0,
+                   dtype: Any = np.float64) -> sp.csr_matrix:
+    """CSR of the given (already symmetrised) edges, loops and duplicates removed."""
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    key = np.unique((src - row0) * np.int64(n_cols) + dst)
+    rows, cols = np.divmod(key, np.int64(n_cols))
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    idx_dtype = np.int32 if n_cols < 2**31 else np.int64
+    return sp.csr_matrix((np.ones(len(cols), dtype=dtype), cols.astype(idx_dtype), indptr.astype(idx_dtype)),
+                         shape=(n_rows, n_cols))
+
+
+def rmat(scale: int, edgefactor: int = 16, seed: int = 0) -> sp.csr_matrix:
+    """Graph500 Kronecker (R-MAT) graph as a symmetric host CSR matrix.
+
+    Self-loops and duplicate edges are removed; values are 1.0 (float64).
+
+    Parameters
+    ----------
+    scale : int
+        log2 of the number of vertices.
+    edgefactor : int
+        Edges generated per vertex (before symmetrisation and dedup).
+    seed : int
+        RNG seed; the same seed gives the same graph everywhere.
+
+    Examples
+    --------
+    >>> A = rmat(8, seed=3)
+    >>> A.shape
+    (256, 256)
+    """
+    ij = kronecker_edges(scale, edgefactor, seed)
+    n = 1 << scale
+    src = np.concatenate([ij[0], ij[1]])
+    dst = np.concatenate([ij[1], ij[0]])
+    return _symmetric_csr(src, dst, n, n)
+
+
+def _rmat_rank(comm: Any, blocks: list[int], scale: int, edgefactor: int, seed: int,
+               offsets: np.ndarray) -> tuple:
+    from .partition import owner_of
+
+    ij = kronecker_edges(scale, edgefactor, seed, blocks)
+    src = np.concatenate([ij[0], ij[1]])
+    dst = np.concatenate([ij[1], ij[0]])
+    own = owner_of(src, offsets)
+    order = np.argsort(own, kind="stable")
+    src, dst, own = src[order], dst[order], own[order]
+    cuts = np.searchsorted(own, np.arange(comm.size + 1))
+    parts = [np.stack([src[cuts[r]:cuts[r + 1]], dst[cuts[r]:cuts[r + 1]]]) for r in range(comm.size)]
+    got = comm.alltoallv(parts)
+    e = np.concatenate(got, axis=1)
+    lo, hi = int(offsets[comm.rank]), int(offsets[comm.rank + 1])
+    n = 1 << scale
+    block = _symmetric_csr(e[0], e[1], hi - lo, n, row0=lo)
+    return block, {"nnz": int(block.nnz), "bytes_sent": comm.stats["bytes_sent"]}
+
+
+def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: Any = None,
+                     workers: Sequence[str] | None = None):
+    """Generate the Graph500 graph on the workers as :class:`~workbench.partition.RowBlocks`.
+
+    Each worker generates its share of the edge blocks, then an all-to-all
+    sends every edge to the owner of its source vertex, which builds its CSR
+    row block.  The graph equals ``rmat(scale, edgefactor, seed)`` for any
+    worker count; the client never holds it.
+
+    Examples
+    --------
+    >>> G = rmat_distributed(16, seed=1, client=client)        # doctest: +SKIP
+    """
+    from . import comms
+    from .cluster import default_client, worker_addresses
+    from .partition import RowBlocks, block_offsets
+
+    _validate_scale(scale, edgefactor)
+    client = default_client(client)
+    addrs = list(workers) if workers is not None else worker_addresses(client)
+    P = len(addrs)
+    n = 1 << scale
+    n_blocks = -(-edgefactor * n // EDGE_BLOCK)
+    offsets = block_offsets(n, P)
+    rank_blocks = [list(range(r, n_blocks, P)) for r in range(P)]
+    futs = comms.run_spmd(_rmat_rank, rank_blocks, scale, edgefactor, seed, offsets, client=client,
+                          workers=addrs, name="rmat")
+    comms.wait_group(futs)
+    import operator
+
+    parts = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in zip(futs, addrs, strict=True)]
+    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False)
+                           for f, a in zip(futs, addrs, strict=True)])
+    return RowBlocks(parts, offsets, (n, n), np.dtype(np.float64), addrs, kind="csr",
+                     nnz=sum(i["nnz"] for i in infos), symmetric=True,
+                     meta={"generator": "graph500", "scale": scale, "edgefactor": edgefactor, "seed": seed,
+                           "bytes_moved": sum(i["bytes_sent"] for i in infos)})
+
+
+def search_keys(degrees_or_graph: Any, n: int = 64, seed: int = 0) -> np.ndarray:
+    """Graph500 search keys: ``n`` distinct random vertices of degree >= 1.
+
+    Accepts a degree vector or a host sparse matrix.  Fewer keys are returned
+    when fewer vertices have edges.
+    """
+    if sp.issparse(degrees_or_graph):
+        deg = np.diff(degrees_or_graph.tocsr().indptr)
+    else:
+        deg = np.asarray(degrees_or_graph)
+    candidates = np.flatnonzero(deg > 0)
+    rng = np.random.default_rng([int(seed), 0xB5F])
+    k = min(int(n), len(candidates))
+    return np.sort(rng.choice(candidates, size=k, replace=False)).astype(np.int64)
+
+
+def grid_graph(shape: Sequence[int], periodic: bool = False) -> sp.csr_matrix:
+    """Symmetric adjacency of a 2-D/3-D lattice (a stencil graph, many BFS levels)."""
+    shape = tuple(int(s) for s in shape)
+    n = int(np.prod(shape))
+    idx = np.arange(n).reshape(shape)
+    src, dst = [], []
+    for ax in range(len(shape)):
+        a = idx
+        b = np.roll(idx, -1, axis=ax)
+        if not periodic:
+            sl = [slice(None)] * len(shape)
+            sl[ax] = slice(0, shape[ax] - 1)
+            a, b = a[tuple(sl)], b[tuple(sl)]
+        src.append(a.ravel())
+        dst.append(b.ravel())
+    s, d = np.concatenate(src), np.concatenate(dst)
+    return _symmetric_csr(np.concatenate([s, d]), np.concatenate([d, s]), n, n)
+
+
+def load_edgelist(path: str, *, n: int | None = None, symmetrize: bool = True, comments: str = "#",
+                  zero_based: bool = True) -> sp.csr_matrix:
+    """Read a whitespace-separated edge list ("u v" per line) as CSR (loops and dups removed)."""
+    e = np.loadtxt(path, comments=comments, usecols=(0, 1), dtype=np.int64, ndmin=2)
+    if not zero_based:
+        e = e - 1
+    if e.size and e.min() < 0:
+        raise ValueError(f"{path}: negative vertex ids (zero_based={zero_based})")
+    n = int(e.max()) + 1 if n is None and e.size else int(n or 0)
+    src, dst = e[:, 0], e[:, 1]
+    if symmetrize:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    return _symmetric_csr(src, dst, n, n)
+
+
+def load_mtx(path: str, *, symmetrize: bool = False) -> sp.csr_matrix:
+    """Read a Matrix Market file as CSR (optionally symmetrised as a graph pattern)."""
+    import scipy.io
+
+    A = sp.csr_matrix(scipy.io.mmread(path))
+    if symmetrize:
+        coo = A.tocoo()
+        return _symmetric_csr(np.concatenate([coo.row, coo.col]).astype(np.int64),
+                              np.concatenate([coo.col, coo.row]).astype(np.int64), A.shape[0], A.shape[1])
+    return A

@@ -1,0 +1,1 @@
+"""One module per kernel: the distributed algorithm, its validation, its local kernels."""
