@@ -46,6 +46,11 @@ def clients():
             cm = cluster("cpu", n_workers=n, threads_per_worker=1, quiet=True, memory_limit="4GiB")
             open_[n] = (cm, cm.__enter__())
         client = open_[n][1]
+        # Several clusters live in one module: make the one asked for the default, so
+        # client=None and dask's .compute() reach the cluster that holds the futures.
+        from distributed.client import _set_global_client
+
+        _set_global_client(client)
         return client
 
     yield get

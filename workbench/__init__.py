@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import backend, bench, cluster as _cluster_mod, comms, data, partition  # noqa: F401
+from . import backend, bench, comms, data, experiment, partition  # noqa: F401
 from .cluster import cluster
 from .partition import BlockGrid, RowBlocks, distribute
 
@@ -40,7 +40,7 @@ _KERNELS = {
 }
 
 __all__ = ["cluster", "distribute", "RowBlocks", "BlockGrid", "backend", "comms", "data", "partition", "bench",
-           *_KERNELS]
+           "experiment", *_KERNELS]
 
 
 def __getattr__(name: str) -> Any:

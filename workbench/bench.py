@@ -201,7 +201,7 @@ def _pingpong_rank(comm: Any, _: Any, sizes: Sequence[int], repeat: int) -> list
         if peer is None:
             continue
         times = []
-        for i in range(repeat):
+        for _ in range(repeat):
             t0 = time.perf_counter()
             if comm.rank == 0:
                 comm.send(peer, buf, tag=("pp", nb))

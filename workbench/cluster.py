@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from . import backend as _backend
@@ -88,7 +89,8 @@ def cluster(
             if not quiet:
                 print(f"workbench: connected to {client.scheduler.address}; dashboard {client.dashboard_link}",
                       file=sys.stderr)
-            yield client
+            with _run_recording(client):
+                yield client
         finally:
             client.close()
         return
@@ -119,10 +121,30 @@ def cluster(
         if not quiet:
             print(f"workbench: {backend} cluster with {len(client.scheduler_info()['workers'])} workers; "
                   f"dashboard {client.dashboard_link}", file=sys.stderr)
-        yield client
+        with _run_recording(client):
+            yield client
     finally:
         client.close()
         lc.close()
+
+
+@contextlib.contextmanager
+def _run_recording(client: Any) -> Iterator[None]:
+    """Inside an experiment run: record the cluster in the run's provenance and
+    keep the dashboard as a Dask performance report."""
+    from .experiment import ENV_RUN_DIR, record_cluster
+
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        yield
+        return
+    record_cluster(client)
+    from distributed import performance_report
+
+    n = len(list(Path(run_dir).glob("dask-performance-report*.html")))
+    name = "dask-performance-report.html" if n == 0 else f"dask-performance-report-{n}.html"
+    with client.as_current(), performance_report(filename=str(Path(run_dir) / name)):
+        yield
 
 
 def default_client(client: Any = None) -> Any:

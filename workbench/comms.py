@@ -61,7 +61,7 @@ class CommsError(RuntimeError):
     """A collective could not complete."""
 
 
-class CommsTimeoutError(CommsError, TimeoutError):
+class CommsTimeoutError(CommsError):
     """A wait on a peer ran past its timeout."""
 
 
@@ -355,7 +355,7 @@ class Comm:
             raise CommsTimeoutError(
                 f"rank {self.rank} of group {self.group}: send of {tag[2:4] if len(tag) > 3 else tag} "
                 f"timed out after {self.timeout:.0f}s") from e
-        except (OSError, EnvironmentError) as e:
+        except OSError as e:
             raise PeerFailedError(f"rank {self.rank} of group {self.group}: a peer is unreachable ({e})") from e
 
     async def _asend(self, remote: list[tuple[str, Any]], tag: tuple) -> None:
@@ -566,9 +566,11 @@ def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
             attempt += 1
             if attempt > retries or workers is not None:
                 raise
-            alive = worker_addresses(client)
-            if len(alive) < len(rank_args):
-                # fewer workers than ranks: several ranks per worker is not supported
-                raise
+            # A nanny restarts a dead worker; wait for the group's size to be back.
+            try:
+                client.wait_for_workers(len(rank_args), timeout=120)
+            except TimeoutError:
+                raise WorkerLostError(f"a worker was lost and the cluster did not get back to "
+                                      f"{len(rank_args)} workers within 120 s") from None
             continue
         return client.gather(list(futs)) if gather else list(futs)

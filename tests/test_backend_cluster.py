@@ -1,0 +1,84 @@
+"""Backend selection and the cluster context manager."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench import backend
+
+
+def test_import_does_not_pull_gpu_stack():
+    code = ("import sys, workbench, workbench.kernels; "
+            "bad = [m for m in ('cupy', 'cudf', 'cugraph', 'dask_cuda') if m in sys.modules]; "
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
+
+
+def test_namespace_and_to_host_on_numpy():
+    x = np.arange(4)
+    assert backend.namespace(x) is np
+    assert backend.to_host(x) is x
+    assert not backend.is_device_array(x)
+    assert backend.sparse_namespace(x).__name__ == "scipy.sparse"
+
+
+def test_gpu_backend_error_names_what_is_missing():
+    ok, why = backend.gpu_available()
+    if ok:
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="backend='gpu' is unavailable: .*(cupy|CUDA|device)"):
+        with wb.cluster(backend="gpu"):
+            pass
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"backend": "tpu"}, "backend must be one of"),
+    ({"n_workers": 0}, "n_workers"),
+    ({"threads_per_worker": 0}, "threads_per_worker"),
+    ({"address": "tcp://x:1", "scheduler_file": "f"}, "at most one"),
+])
+def test_cluster_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        with wb.cluster(**kw):
+            pass
+
+
+def test_cluster_start_connect_and_clean_shutdown():
+    from distributed import LocalCluster
+
+    with wb.cluster("cpu", n_workers=2, quiet=True) as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+        assert client.dashboard_link.startswith("http")
+        assert client.submit(lambda x: x + 1, 1).result() == 2
+        lc = client.cluster
+    assert client.status == "closed"
+    assert lc.status.name == "closed"
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0", processes=False) as lc:
+        with wb.cluster(address=lc.scheduler_address, quiet=True) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+        assert client.status == "closed"
+        # connecting does not own the cluster: it is still up
+        assert len(lc.scheduler.workers) == 1
+
+
+def test_auto_backend_falls_back_to_cpu():
+    if backend.gpu_available()[0]:
+        pytest.skip("a GPU is present")
+    with wb.cluster("auto", n_workers=1, quiet=True) as client:
+        assert wb.cluster_backend(client) == "cpu" if hasattr(wb, "cluster_backend") else True
+
+
+@pytest.mark.gpu
+def test_gpu_cluster_one_worker_per_device():
+    import cupy
+
+    with wb.cluster("gpu", quiet=True) as client:
+        n = cupy.cuda.runtime.getDeviceCount()
+        assert len(client.scheduler_info()["workers"]) == n

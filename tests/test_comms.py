@@ -1,0 +1,130 @@
+"""SPMD collectives agree with numpy on 1-4 ranks; failures fail fast."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from workbench import comms
+from workbench.cluster import worker_addresses
+
+
+def _collectives(comm, seed):
+    rng = np.random.default_rng(seed + comm.rank)
+    x = rng.random(5)
+    out = {"rank": comm.rank, "size": comm.size, "x": x}
+    out["allreduce_sum"] = comm.allreduce(x)
+    out["allreduce_max"] = comm.allreduce(x, op="max")
+    out["allgather"] = comm.allgather(comm.rank * 10)
+    out["bcast"] = comm.bcast(x if comm.rank == comm.size - 1 else None, root=comm.size - 1)
+    # alltoallv: rank r sends r+d copies of value r to rank d (variable lengths)
+    got = comm.alltoallv([np.full(comm.rank + d, comm.rank) for d in range(comm.size)])
+    out["alltoallv"] = got
+    nbrs = {r: np.array([comm.rank, r]) for r in {(comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size}}
+    out["nbr"] = comm.neighbor_exchange(nbrs)
+    out["gather"] = comm.gather(comm.rank, root=0)
+    # point to point in a ring, twice with the same tag: order must hold
+    if comm.size > 1:
+        dst, src = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+        comm.send(dst, "first", tag="ring")
+        comm.send(dst, "second", tag="ring")
+        out["ring"] = (comm.recv(src, tag="ring"), comm.recv(src, tag="ring"))
+    sub = comm.split(comm.rank % 2)
+    out["sub"] = (sub.rank, sub.size, sub.allreduce(comm.rank))
+    comm.barrier()
+    return out
+
+
+@pytest.fixture(scope="module")
+def client4(clients):
+    return clients(4)
+
+
+@pytest.mark.parametrize("n_ranks", [1, 2, 3, 4])
+def test_collectives_match_numpy(client4, n_ranks):
+    addrs = worker_addresses(client4)[:n_ranks]
+    res = comms.spmd(_collectives, [7] * n_ranks, client=client4, workers=addrs)
+    xs = [r["x"] for r in res]
+    for r, out in enumerate(res):
+        assert out["rank"] == r and out["size"] == n_ranks
+        total = xs[0].copy()
+        for x in xs[1:]:
+            total = total + x
+        np.testing.assert_array_equal(out["allreduce_sum"], total)  # same order on every rank: bitwise equal
+        np.testing.assert_array_equal(out["allreduce_max"], np.max(xs, axis=0))
+        assert out["allgather"] == [10 * i for i in range(n_ranks)]
+        np.testing.assert_array_equal(out["bcast"], xs[-1])
+        for s, arr in enumerate(out["alltoallv"]):
+            np.testing.assert_array_equal(arr, np.full(s + r, s))
+        for s, arr in out["nbr"].items():
+            np.testing.assert_array_equal(arr, [s, r])
+        assert out["gather"] == (list(range(n_ranks)) if r == 0 else None)
+        if n_ranks > 1:
+            assert out["ring"] == ("first", "second")
+        evens = [i for i in range(n_ranks) if i % 2 == r % 2]
+        assert out["sub"] == (evens.index(r), len(evens), sum(evens))
+
+
+def _bytes(comm, n):
+    comm.allgather(np.zeros(n))
+    return comm.stats["bytes_sent"]
+
+
+def test_bytes_are_counted(client4):
+    res = comms.spmd(_bytes, [1000] * 4, client=client4)
+    assert res == [3 * 8000] * 4
+
+
+def _fail_on_rank1(comm, _):
+    if comm.rank == 1:
+        raise ZeroDivisionError("rank 1 exploded")
+    comm.recv(1, tag="never")
+
+
+def test_failing_rank_fails_the_group_fast(client4):
+    addrs = worker_addresses(client4)[:3]
+    t0 = time.perf_counter()
+    with pytest.raises((ZeroDivisionError, comms.PeerFailedError)):
+        comms.spmd(_fail_on_rank1, [None] * 3, client=client4, workers=addrs, timeout=120)
+    assert time.perf_counter() - t0 < 30
+
+
+def _slow_peer(comm, _):
+    if comm.rank == 0:
+        return comm.recv(1, tag="x", timeout=0.5)
+    time.sleep(2)
+    return None
+
+
+def test_recv_timeout_raises(client4):
+    addrs = worker_addresses(client4)[:2]
+    with pytest.raises((comms.CommsTimeoutError, comms.PeerFailedError), match="waited|aborted"):
+        comms.spmd(_slow_peer, [None] * 2, client=client4, workers=addrs)
+
+
+def _die_once(comm, marker):
+    # First attempt: rank 1's worker process dies mid-group; the rerun succeeds.
+    if comm.rank == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return comm.allreduce(1)
+
+
+def test_killed_worker_fails_fast_and_group_reruns(tmp_path):
+    from workbench import cluster
+
+    marker = str(tmp_path / "died")
+    with cluster("cpu", n_workers=2, quiet=True) as client:
+        t0 = time.perf_counter()
+        with pytest.raises(comms.WorkerLostError):
+            comms.spmd(_die_once, [marker, marker], client=client, retries=0, timeout=300)
+        assert time.perf_counter() - t0 < 60  # the comms timeout is 300 s: this is fail-fast
+        client.wait_for_workers(2, timeout=60)  # the nanny restarts the dead worker
+        assert comms.spmd(_die_once, [marker, marker], client=client) == [2, 2]
+
+    os.remove(marker)
+    with cluster("cpu", n_workers=2, quiet=True) as client:
+        assert comms.spmd(_die_once, [marker, marker], client=client, retries=2) == [2, 2]

@@ -1,0 +1,124 @@
+"""Graph500 generator, loaders, and the distributed containers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import workbench as wb
+from workbench import data, partition
+
+
+@pytest.fixture(scope="module")
+def A13():
+    return data.rmat(13, seed=5)
+
+
+def test_rmat_deterministic_symmetric_loop_free(A13):
+    B = data.rmat(13, seed=5)
+    assert (A13 != B).nnz == 0
+    assert A13.shape == (8192, 8192)
+    assert (A13 != A13.T).nnz == 0
+    assert A13.diagonal().sum() == 0
+    assert A13.data.min() == 1 and A13.data.max() == 1  # duplicates removed, not summed
+    assert (data.rmat(13, seed=6) != A13).nnz > 0
+
+
+def test_rmat_degree_distribution_is_kronecker_skewed(A13):
+    deg = np.diff(A13.indptr)
+    # power-law-like: hubs far above the mean, many isolated vertices (Graph500 R-MAT is very skewed)
+    assert deg.max() > 20 * deg.mean()
+    assert (deg == 0).mean() > 0.1
+    assert np.median(deg) < deg.mean()
+
+
+def test_edge_count_matches_spec():
+    ij = data.kronecker_edges(10, edgefactor=16, seed=1)
+    assert ij.shape == (2, 16 * 1024)
+    assert ij.min() >= 0 and ij.max() < 1024
+
+
+def test_relabel_is_a_bijection():
+    v = np.arange(1 << 12)
+    assert np.array_equal(np.sort(data._relabel(v, 12, seed=3)), v)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_generating_on_workers_gives_the_same_graph(clients, n_workers, A13):
+    client = clients(n_workers)
+    G = data.rmat_distributed(13, seed=5, client=client)
+    assert isinstance(G, wb.RowBlocks) and G.n_parts == n_workers and G.nnz == A13.nnz
+    # each block lives on its own worker
+    who = client.who_has(G.parts)
+    assert [tuple(who[f.key]) for f in G.parts] == [(w,) for w in G.workers]
+    assert (G.gather(client) != A13).nnz == 0
+
+
+def test_search_keys():
+    A = data.rmat(10, seed=2)
+    keys = data.search_keys(A, 64, seed=1)
+    deg = np.diff(A.indptr)
+    assert len(keys) == 64 == len(np.unique(keys))
+    assert (deg[keys] >= 1).all()
+    assert np.array_equal(keys, data.search_keys(A, 64, seed=1))
+
+
+def test_loaders_roundtrip(tmp_path):
+    import scipy.io
+
+    A = data.rmat(8, seed=1)
+    coo = sp.triu(A).tocoo()
+    p = tmp_path / "g.txt"
+    np.savetxt(p, np.stack([coo.row, coo.col], 1), fmt="%d", header="u v")
+    assert (data.load_edgelist(str(p), n=256) != A).nnz == 0
+    m = tmp_path / "g.mtx"
+    scipy.io.mmwrite(str(m), A)
+    assert (data.load_mtx(str(m)) != A).nnz == 0
+
+
+def test_grid_graph():
+    G = data.grid_graph((4, 5))
+    assert G.shape == (20, 20) and G.nnz == 2 * (3 * 5 + 4 * 4)
+    assert (G != G.T).nnz == 0
+
+
+@pytest.mark.parametrize("bad", [0, 41, 2.5])
+def test_rmat_bad_scale(bad):
+    with pytest.raises(ValueError, match="scale"):
+        data.rmat(bad)
+
+
+@pytest.mark.parametrize("n, P", [(10, 3), (2, 3), (0, 2), (100, 7)])
+def test_block_offsets_cover_range(n, P):
+    offs = partition.block_offsets(n, P)
+    assert offs[0] == 0 and offs[-1] == n and len(offs) == P + 1
+    assert np.all(np.diff(offs) >= 0) and np.ptp(np.diff(offs)) <= 1
+    if n:
+        v = np.arange(n)
+        own = partition.owner_of(v, offs)
+        assert np.all((offs[own] <= v) & (v < offs[own + 1]))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_distribute_1d_2d_dense(clients, n_workers):
+    client = clients(n_workers)
+    A = sp.random(37, 23, density=0.2, format="csr", random_state=1)
+    G = wb.distribute(A, client=client)
+    assert G.n_parts == n_workers and (G.gather(client) != A).nnz == 0
+    H = wb.distribute(A, client=client, partition="2d")
+    assert H.grid == partition.grid_shape(n_workers) and (H.gather(client) != A).nnz == 0
+    X = np.arange(30.0).reshape(10, 3)
+    D = wb.distribute(X, client=client)
+    np.testing.assert_array_equal(D.gather(client), X)
+    np.testing.assert_array_equal(D.to_dask_array().compute(), X)
+    assert wb.distribute(G, client=client) is G
+    R = partition.rows_of(D.to_dask_array(), client)
+    np.testing.assert_array_equal(R.gather(client), X)
+
+
+def test_distribute_bad_input(client):
+    with pytest.raises(ValueError, match="partition"):
+        wb.distribute(np.ones((3, 3)), client=client, partition="3d")
+    with pytest.raises(ValueError, match="grid"):
+        wb.distribute(sp.eye(4, format="csr"), client=client, partition="2d", grid=(3, 3))

@@ -1,0 +1,79 @@
+"""The experiment runner: configs, run directories, provenance, failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import experiment
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from nbgen import write_notebook  # noqa: E402
+
+
+@pytest.fixture()
+def tmp_repo(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "experiments").mkdir()
+    write_notebook(str(tmp_path / "notebooks" / "toy.ipynb"), [
+        ("md", "# toy"),
+        ("params", 'fail = False\nvalue = 1\noutput_dir = "."\nprofile = "laptop"'),
+        ("code", "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\nimport workbench as wb"),
+        ("code", "fig, ax = plt.subplots()\nax.plot([0, value])\nwb.experiment.save_figure(fig, 'line', output_dir)"),
+        ("code", "wb.experiment.save_metrics([{'value': value}], 'metrics', output_dir)"),
+        ("code", "if fail:\n    raise RuntimeError('deliberate failure')"),
+    ])
+    (tmp_path / "experiments" / "toy.yaml").write_text(
+        "notebook: notebooks/toy.ipynb\ndescription: toy\nprofiles:\n  ci: {value: 2}\n  laptop: {value: 3}\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"], cwd=tmp_path,
+                   check=True)
+    return tmp_path
+
+
+def test_config_errors(tmp_repo):
+    with pytest.raises(experiment.ExperimentError, match="no experiment 'nope'"):
+        experiment.run("nope", "ci", root=tmp_repo)
+    with pytest.raises(experiment.ExperimentError, match="profile"):
+        experiment.run("toy", "huge", root=tmp_repo)
+    with pytest.raises(experiment.ExperimentError, match="no profile 'gpu'"):
+        experiment.run("toy", "gpu", root=tmp_repo)
+    assert experiment.list_experiments(tmp_repo) == ["toy"]
+
+
+def test_good_run_then_failing_run_leaves_it_untouched(tmp_repo):
+    good = experiment.run("toy", "ci", root=tmp_repo, progress=False)
+    files = {p.name for p in good.iterdir()}
+    assert {"toy.ipynb", "line.png", "line.svg", "metrics.csv", "provenance.json"} <= files
+    prov = json.loads((good / "provenance.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_repo, capture_output=True, text=True).stdout.strip()
+    assert prov["git_commit"] == head and prov["git_dirty"] is False
+    assert prov["parameters"]["value"] == 2 and prov["profile"] == "ci" and prov["status"] == "ok"
+    for pkg in ("python", "numpy", "scipy", "dask", "distributed"):
+        assert pkg in prov["versions"]
+    assert prov["cpu_model"]
+    latest = good.parent / "latest"
+    assert latest.resolve() == good.resolve()
+    before = {p.name: p.read_bytes() for p in good.iterdir()}
+
+    with pytest.raises(experiment.ExperimentFailed, match=r"cell \d+ \('if fail:'\) raised RuntimeError: deliberate"):
+        experiment.run("toy", "ci", root=tmp_repo, parameters={"fail": True}, progress=False)
+    assert latest.resolve() == good.resolve()
+    assert {p.name: p.read_bytes() for p in good.iterdir()} == before
+    failed = [p for p in good.parent.iterdir() if p.name.startswith("failed-")]
+    assert len(failed) == 1
+    assert json.loads((failed[0] / "provenance.json").read_text())["status"] == "failed"
+
+
+def test_cli_lists_and_reports_failure(tmp_repo):
+    env = {"WORKBENCH_ROOT": str(tmp_repo), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "workbench", "list"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "toy" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "workbench", "run", "missing", "--profile", "ci"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no experiment 'missing'" in bad.stderr

@@ -1,0 +1,22 @@
+"""Every experiment's notebook executes with the ci profile through the users' runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench import experiment
+
+NAMES = experiment.list_experiments()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", NAMES)
+def test_experiment_runs_with_ci_profile(name, tmp_path):
+    run_dir = experiment.run(name, "ci", results_dir=tmp_path, progress=False)
+    prov = json.loads((run_dir / "provenance.json").read_text())
+    assert prov["status"] == "ok" and prov["profile"] == "ci"
+    assert prov["clusters"], "the notebook should start its cluster with wb.cluster (recorded in provenance)"
+    assert list(run_dir.glob("*.png")) and list(run_dir.glob("*.svg"))
+    assert (run_dir / "dask-performance-report.html").exists()

@@ -1,0 +1,390 @@
+"""Experiments: a YAML config names a notebook and its parameters per profile;
+papermill executes it into ``results/<experiment>/<run-id>/`` with provenance.
+
+A run directory holds the executed notebook, the figures it saved (PNG and
+SVG), tidy metrics tables (CSV), the Dask performance report of every cluster
+the notebook started, and ``provenance.json``.  A run executes in a staging
+directory and is moved into place only when every cell succeeded, so a failed
+run never touches earlier results; the error names the failing cell.
+
+Examples
+--------
+>>> from workbench import experiment
+>>> experiment.list_experiments()                             # doctest: +SKIP
+['bfs', 'coloring', 'environment', ...]
+>>> run_dir = experiment.run("environment", profile="ci")     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PROFILES",
+    "ExperimentError",
+    "ExperimentFailed",
+    "repo_root",
+    "list_experiments",
+    "load_config",
+    "run",
+    "run_many",
+    "save_figure",
+    "save_metrics",
+    "provenance",
+]
+
+PROFILES = ("ci", "laptop", "gpu")
+
+#: Environment variables the runner sets for the notebook process.
+ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
+
+
+class ExperimentError(ValueError):
+    """A config or argument is wrong (raised before anything runs)."""
+
+
+class ExperimentFailed(RuntimeError):
+    """A notebook cell raised; ``cell_index`` and ``run_dir`` say where."""
+
+    def __init__(self, message: str, *, cell_index: int | None = None, run_dir: Path | None = None):
+        super().__init__(message)
+        self.cell_index = cell_index
+        self.run_dir = run_dir
+
+
+def repo_root() -> Path:
+    """The checkout this package lives in (where ``experiments/`` is)."""
+    env = os.environ.get("WORKBENCH_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parent.parent
+    if (here / "experiments").is_dir():
+        return here
+    return Path.cwd().resolve()
+
+
+def _experiments_dir(root: Path | None = None) -> Path:
+    return (root or repo_root()) / "experiments"
+
+
+def list_experiments(root: Path | None = None) -> list[str]:
+    """Names of the experiment configs (``experiments/<name>.yaml``)."""
+    d = _experiments_dir(root)
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def load_config(name: str, root: Path | None = None) -> dict:
+    """Read and check ``experiments/<name>.yaml`` (or a path to a YAML file)."""
+    import yaml
+
+    root = root or repo_root()
+    path = Path(name) if name.endswith((".yaml", ".yml")) else _experiments_dir(root) / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_experiments(root)) or "none"
+        raise ExperimentError(f"no experiment {name!r} (looked for {path}); known: {known}")
+    with open(path) as f:
+        cfg = yaml.safe_load(f) or {}
+    if not isinstance(cfg, dict) or "notebook" not in cfg:
+        raise ExperimentError(f"{path}: needs a 'notebook:' key")
+    nb = Path(cfg["notebook"])
+    nb = nb if nb.is_absolute() else path.parent.parent / nb
+    if not nb.is_file():
+        raise ExperimentError(f"{path}: notebook {cfg['notebook']!r} does not exist")
+    profiles = cfg.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise ExperimentError(f"{path}: 'profiles' must map profile names to parameter dicts")
+    cfg["notebook_path"] = nb
+    cfg["name"] = path.stem
+    cfg["config_path"] = path
+    cfg["profiles"] = {k: dict(v or {}) for k, v in profiles.items()}
+    return cfg
+
+
+# --------------------------------------------------------------------------
+# Helpers notebooks call
+# --------------------------------------------------------------------------
+
+
+def _out_dir(output_dir: str | os.PathLike | None) -> Path:
+    d = Path(output_dir or os.environ.get(ENV_RUN_DIR) or ".")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def save_figure(fig: Any, name: str, output_dir: str | os.PathLike | None = None, *, dpi: int = 120) -> list[Path]:
+    """Save a matplotlib figure as ``<name>.png`` and ``<name>.svg`` in the run directory."""
+    d = _out_dir(output_dir)
+    paths = [d / f"{name}.png", d / f"{name}.svg"]
+    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    return paths
+
+
+def save_metrics(table: Any, name: str, output_dir: str | os.PathLike | None = None) -> Path:
+    """Save a tidy table (DataFrame or list of dicts) as ``<name>.csv`` in the run directory."""
+    import pandas as pd
+
+    df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
+    path = _out_dir(output_dir) / f"{name}.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def record_cluster(client: Any) -> None:
+    """Called by :func:`workbench.cluster` inside a run: append the cluster's
+    spec and package versions (from the workers) to ``clusters.json``."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return
+    try:
+        info = client.scheduler_info(n_workers=-1)
+        workers = info.get("workers", {})
+        versions = client.get_versions(check=False)
+        pkgs = {}
+        for section in ("client", "scheduler"):
+            pkgs[section] = (versions.get(section) or {}).get("packages", {})
+        wv = versions.get("workers") or {}
+        pkgs["workers"] = next(iter(wv.values()), {}).get("packages", {}) if wv else {}
+        entry = {
+            "scheduler": info.get("address"),
+            "dashboard": getattr(client, "dashboard_link", None),
+            "n_workers": len(workers),
+            "threads_per_worker": sorted({w.get("nthreads") for w in workers.values()}),
+            "memory_limit_bytes": sorted({w.get("memory_limit") for w in workers.values()}),
+            "packages": pkgs,
+            "time": _dt.datetime.now(_dt.UTC).isoformat(),
+        }
+        path = Path(run_dir) / "clusters.json"
+        existing = json.loads(path.read_text()) if path.exists() else []
+        existing.append(entry)
+        path.write_text(json.dumps(existing, indent=2, default=str))
+    except Exception as e:  # provenance must never break a run
+        print(f"workbench: could not record the cluster spec ({e})", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------
+# Provenance
+# --------------------------------------------------------------------------
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True,
+                              timeout=20).stdout.strip()
+    except Exception:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_models() -> list[str]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout
+        return [line.strip() for line in out.splitlines() if line.strip()]
+    except Exception:
+        return []
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("workbench", "numpy", "scipy", "dask", "distributed", "pandas", "numba", "papermill", "matplotlib",
+                "pyarrow", "cupy-cuda12x", "cupy", "cudf-cu12", "cugraph-cu12", "dask-cuda", "pyfftw", "faiss-cpu",
+                "python-igraph", "networkit", "pynndescent", "networkx", "scikit-learn"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def provenance(root: Path | None = None, **extra: Any) -> dict:
+    """Where numbers come from: commit, dirty flag, versions, hardware, and ``extra``."""
+    root = root or repo_root()
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {
+        "git_commit": _git(root, "rev-parse", "HEAD"),
+        "git_dirty": bool(status) if status is not None else None,
+        "versions": _versions(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu_models": _gpu_models(),
+        **extra,
+    }
+
+
+# --------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------
+
+
+def _run_id(root: Path) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    commit = (_git(root, "rev-parse", "--short", "HEAD") or "nogit")
+    return f"{stamp}-{commit}-{os.getpid() % 100000}"
+
+
+def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
+    """Name the failing cell: its index, first source line, and the error."""
+    idx = getattr(err, "cell_index", None)
+    ename, evalue = getattr(err, "ename", type(err).__name__), getattr(err, "evalue", str(err))
+    first = ""
+    try:
+        import nbformat
+
+        nb = nbformat.read(nb_path, as_version=4)
+        # The executed notebook marks the failing cell with an error output; trust it over the index
+        # papermill reports (which counts its own injected cells differently).
+        for i, cell in enumerate(nb.cells):
+            if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                idx = i
+                break
+        if idx is not None and idx < len(nb.cells):
+            first = next((ln for ln in nb.cells[idx].source.splitlines() if ln.strip()), "")
+    except Exception:
+        pass
+    where = f"cell {idx}" if idx is not None else "an unknown cell"
+    return f"{where} ({first.strip()[:80]!r}) raised {ename}: {evalue}", idx
+
+
+def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | None = None,
+        parameters: dict | None = None, kernel_name: str | None = None, progress: bool = True,
+        timeout: int | None = None, root: Path | None = None) -> Path:
+    """Execute one experiment with papermill; return its run directory.
+
+    Parameters
+    ----------
+    name : str
+        Experiment name (``experiments/<name>.yaml``) or a YAML path.
+    profile : {"ci", "laptop", "gpu"}
+        Parameter set from the config's ``profiles``.
+    results_dir : path, optional
+        Default ``<repo>/results``.
+    parameters : dict, optional
+        Overrides on top of the profile's parameters.
+    kernel_name : str, optional
+        Jupyter kernel (default: this interpreter's ``python3`` kernel).
+    progress : bool
+        Show papermill's per-cell progress bar.
+    timeout : int, optional
+        Per-cell timeout in seconds.
+
+    Raises
+    ------
+    ExperimentError
+        Unknown experiment or profile (nothing runs).
+    ExperimentFailed
+        A cell raised; the message names the cell.  The partial run is kept
+        in ``results/<name>/failed-<run-id>/``; earlier results are untouched.
+    """
+    import papermill as pm
+
+    root = Path(root or repo_root())
+    if profile not in PROFILES:
+        raise ExperimentError(f"profile must be one of {PROFILES}, got {profile!r}")
+    cfg = load_config(name, root)
+    if profile not in cfg["profiles"]:
+        raise ExperimentError(f"experiment {cfg['name']!r} has no profile {profile!r} "
+                              f"(has: {', '.join(cfg['profiles'])})")
+    params = {**cfg["profiles"][profile], **(parameters or {})}
+    results = Path(results_dir or root / "results").resolve()
+    exp_dir = results / cfg["name"]
+    run_id = _run_id(root)
+    staging = exp_dir / f".staging-{run_id}"
+    staging.mkdir(parents=True, exist_ok=False)
+    out_nb = staging / cfg["notebook_path"].name
+    params.update(output_dir=str(staging), profile=profile)
+
+    started = _dt.datetime.now(_dt.UTC)
+    t0 = time.perf_counter()
+    old_env = os.environ.get(ENV_RUN_DIR)
+    os.environ[ENV_RUN_DIR] = str(staging)
+    error: Exception | None = None
+    try:
+        pm.execute_notebook(str(cfg["notebook_path"]), str(out_nb), parameters=params,
+                            kernel_name=kernel_name or "python3", progress_bar=progress, cwd=str(root),
+                            execution_timeout=timeout, log_output=False, request_save_on_cell_execute=False)
+    except Exception as e:  # papermill's PapermillExecutionError, or kernel death
+        error = e
+    finally:
+        if old_env is None:
+            os.environ.pop(ENV_RUN_DIR, None)
+        else:
+            os.environ[ENV_RUN_DIR] = old_env
+
+    clusters_path = staging / "clusters.json"
+    clusters = json.loads(clusters_path.read_text()) if clusters_path.exists() else []
+    prov = provenance(root, experiment=cfg["name"], profile=profile, parameters=params,
+                      notebook=str(cfg["notebook_path"].relative_to(root)) if cfg["notebook_path"].is_relative_to(root)
+                      else str(cfg["notebook_path"]),
+                      started=started.isoformat(), finished=_dt.datetime.now(_dt.UTC).isoformat(),
+                      seconds=time.perf_counter() - t0, clusters=clusters, run_id=run_id,
+                      status="failed" if error else "ok")
+    if error is not None:
+        msg, idx = _describe_failure(error, out_nb)
+        prov["error"] = msg
+        failed = exp_dir / f"failed-{run_id}"
+        (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
+        staging.rename(failed)
+        raise ExperimentFailed(f"experiment {cfg['name']!r} (profile {profile}) failed: {msg}; "
+                               f"partial run kept in {failed}", cell_index=idx, run_dir=failed) from error
+
+    (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
+    final = exp_dir / run_id
+    staging.rename(final)
+    latest = exp_dir / "latest"
+    tmp_link = exp_dir / f".latest-{run_id}"
+    tmp_link.symlink_to(final.name)
+    tmp_link.replace(latest)  # atomic: 'latest' always points at a complete run
+    return final
+
+
+def run_many(names: list[str] | str, profile: str = "laptop", *, keep_going: bool = True,
+             **kwargs: Any) -> dict[str, Path | Exception]:
+    """Run several experiments (``"all"`` for every config) with a progress bar across them."""
+    from .bench import progress as _progress
+
+    if names == "all" or names == ["all"]:
+        names = list_experiments(kwargs.get("root"))
+    names = [names] if isinstance(names, str) else list(names)
+    for n in names:  # validate everything before running anything
+        cfg = load_config(n, kwargs.get("root"))
+        if profile not in cfg["profiles"]:
+            raise ExperimentError(f"experiment {n!r} has no profile {profile!r}")
+    out: dict[str, Path | Exception] = {}
+    bar = _progress(names, desc=f"experiments ({profile})", unit="notebook")
+    for n in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(n)
+        try:
+            out[n] = run(n, profile, **kwargs)
+        except ExperimentFailed as e:
+            out[n] = e
+            if not keep_going:
+                break
+    return out
