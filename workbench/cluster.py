@@ -77,7 +77,7 @@ def cluster(
     Examples
     --------
     >>> with cluster("cpu", n_workers=2, quiet=True) as client:   # doctest: +SKIP
-    ...     len(client.scheduler_info()["workers"])
+    ...     len(worker_addresses(client))
     2
     """
     _validate(backend, n_workers, threads_per_worker, address, scheduler_file)
@@ -119,7 +119,7 @@ def cluster(
     try:
         client.wait_for_workers(len(lc.workers) if hasattr(lc, "workers") else 1, timeout=120)
         if not quiet:
-            print(f"workbench: {backend} cluster with {len(client.scheduler_info()['workers'])} workers; "
+            print(f"workbench: {backend} cluster with {len(worker_addresses(client))} workers; "
                   f"dashboard {client.dashboard_link}", file=sys.stderr)
         with _run_recording(client):
             yield client
@@ -161,14 +161,24 @@ def default_client(client: Any = None) -> Any:
         ) from e
 
 
+def scheduler_identity(client: Any) -> dict:
+    """A fresh ``identity`` of the scheduler, with every worker.
+
+    ``Client.scheduler_info()`` returns a cache that the client's periodic
+    refresh (which asks for no workers) can overwrite between the fetch and the
+    return, so under load it may list no workers at all; ask directly instead.
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)
+
+
 def worker_addresses(client: Any) -> list[str]:
     """Addresses of the client's workers in a stable (sorted) order."""
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return sorted(scheduler_identity(client)["workers"])
 
 
 def backend_of(client: Any) -> str:
     """``"gpu"`` when the cluster's workers hold GPUs (dask-cuda), else ``"cpu"``."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = scheduler_identity(client)["workers"]
     for w in info.values():
         if w.get("gpu") or "gpu" in w.get("resources", {}):
             return "gpu"

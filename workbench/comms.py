@@ -499,6 +499,8 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
     or a rank's worker leaves the cluster."""
     from distributed import wait
 
+    from .cluster import worker_addresses
+
     client = futures.client
     pending = list(futures)
     last_check = time.monotonic()
@@ -514,7 +516,7 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
             break
         if pending and time.monotonic() - last_check >= poll:
             last_check = time.monotonic()
-            alive = set(client.scheduler_info(n_workers=-1)["workers"])
+            alive = set(worker_addresses(client))
             lost = [a for a in futures.addresses if a not in alive]
             if lost:
                 _abort_group(futures, f"worker(s) {lost} left the cluster")
@@ -527,8 +529,10 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
 
 
 def _abort_group(futures: _SPMDFutures, reason: str) -> None:
+    from .cluster import worker_addresses
+
     client = futures.client
-    alive = set(client.scheduler_info(n_workers=-1)["workers"])
+    alive = set(worker_addresses(client))
     targets = [a for a in futures.addresses if a in alive]
     if targets:
         try:

@@ -147,7 +147,9 @@ def record_cluster(client: Any) -> None:
     if not run_dir:
         return
     try:
-        info = client.scheduler_info(n_workers=-1)
+        from .cluster import scheduler_identity
+
+        info = scheduler_identity(client)
         workers = info.get("workers", {})
         versions = client.get_versions(check=False)
         pkgs = {}
