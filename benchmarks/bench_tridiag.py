@@ -1,0 +1,134 @@
+"""Tridiagonal benchmark: wb.tridiag_solve on systems already on the workers vs scipy/LAPACK/numba.
+
+Headline (issue #7), 2 workers, result left distributed:
+
+* a batch of 16384 systems of length 4096 (float64): the paper's bandwidth
+  metric ``5 * ndof * 8 B / t`` reaches at least 40% of the workers' aggregate
+  STREAM triad bandwidth measured in the same run, and the solve is at least
+  2x faster than ``scipy.linalg.solve_banded`` looped over the batch;
+* one system of length 2**24: at least 1.5x faster than LAPACK ``dgtsv``
+  (``scipy.linalg.lapack.dgtsv``).
+
+The looped peers (solve_banded, numba Thomas) are timed on the first
+``peer_batch`` systems of the same input and scaled to the full batch (each
+system is an independent call, so their time is linear in the batch); the
+rows record ``peer_batch``.  All peers run single-threaded in this process.
+
+Run alone::
+
+    python benchmarks/bench_tridiag.py [ci|laptop]
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sl
+
+import workbench as wb
+from workbench.cluster import worker_addresses
+from workbench.kernels.tridiag import random_system, thomas_reference
+
+PROFILES = {
+    "ci": {"n": 256, "batch": 512, "peer_batch": 256, "single": 1 << 16, "repeat": 2, "stream_n": 1 << 22},
+    "laptop": {"n": 4096, "batch": 16384, "peer_batch": 2048, "single": 1 << 24, "repeat": 3,
+               "stream_n": 1 << 25},
+}
+STREAM_TARGET = 0.40
+BATCH_TARGET = 2.0
+SINGLE_TARGET = 1.5
+
+
+def host_copy(system: tuple, client: Any, n_systems: int | None = None) -> tuple[np.ndarray, ...]:
+    """gtsv-form host arrays (batch-leading) of the first ``n_systems`` of a line-major system (peers' input)."""
+    out = []
+    for blk in system:
+        idx = (slice(None), slice(0, n_systems)) if n_systems is not None else slice(None)
+        parts = client.gather([client.submit(operator.getitem, f, idx, workers=[w], pure=False)
+                               for f, w in zip(blk.parts, blk.workers, strict=True)])
+        a = np.concatenate(parts, axis=0)
+        out.append(np.ascontiguousarray(a.T) if a.ndim == 2 else a)
+    dl, d, du, b = out
+    return dl[..., 1:], d, du[..., :-1], b
+
+
+def _banded(dl: np.ndarray, d: np.ndarray, du: np.ndarray) -> np.ndarray:
+    ab = np.zeros(d.shape[:-1] + (3, d.shape[-1]))
+    ab[..., 0, 1:], ab[..., 1, :], ab[..., 2, :-1] = du, d, dl
+    return ab
+
+
+def _row(t: wb.bench.Timing, ours_s: float, scale: float = 1.0, **labels: Any) -> dict:
+    med = t.median * scale
+    return t.row(role="peer", median_s=med, min_s=t.min * scale, max_s=t.max * scale, speedup=med / ours_s,
+                 **labels)
+
+
+def run(client: Any, profile: str = "laptop") -> list[dict]:
+    """Measure ours and the peers on the same input; tidy rows with ``speedup`` = peer / ours."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    p = PROFILES[profile]
+    n, batch, pb, rep = p["n"], p["batch"], min(p["peer_batch"], p["batch"]), p["repeat"]
+    P = len(worker_addresses(client))
+    stream = wb.bench.stream_triad(client, n=p["stream_n"])["aggregate_gbps"]
+    base = {"kernel": "tridiag", "n_workers": P, "profile": profile, "stream_gbps": stream}
+
+    # ---- batch: 16384 x 4096 already on the workers, result left there
+    system = random_system(n, batch, seed=1, client=client)
+    lab = dict(base, case=f"batch {batch}x{n}", peer_batch=pb)
+    t = wb.bench.measure(lambda: wb.tridiag_solve(*system, client=client), name="wb.tridiag_solve",
+                         repeat=rep, keep_value=True)
+    x = t.value
+    ours = t.row(role="ours", speedup=1.0, **lab)
+    ours["bandwidth_gbps"] = 5 * n * batch * 8 / t.median / 1e9
+    ours["stream_fraction"] = ours["bandwidth_gbps"] / stream
+    ours.update(target=STREAM_TARGET, target_metric="stream_fraction",
+                meets_target=bool(ours["stream_fraction"] >= STREAM_TARGET), bytes_moved=x.stats["bytes_moved"],
+                reduced=x.stats["reduced"], phases={k: round(v, 4) for k, v in x.stats["phase_seconds"].items()})
+    dl, d, du, b = host_copy(system, client, pb)
+    ab = _banded(dl, d, du)
+    scale = batch / pb
+    ref = np.stack([sl.solve_banded((1, 1), ab[k], b[k]) for k in range(pb)])
+    got = np.asarray(x[:, :pb]).T
+    ours["max_abs_diff_vs_scipy"] = float(np.abs(got - ref).max())
+    t_sb = wb.bench.measure(lambda: [sl.solve_banded((1, 1), ab[k], b[k], check_finite=False) for k in range(pb)],
+                            name="scipy solve_banded looped", repeat=rep)
+    sb = _row(t_sb, t.median, scale, **lab)
+    sb.update(target=BATCH_TARGET, target_metric="speedup", meets_target=bool(sb["speedup"] >= BATCH_TARGET))
+    t_th = wb.bench.measure(lambda: thomas_reference(dl, d, du, b), name="numba Thomas (1 thread)", repeat=rep)
+    rows = [ours, sb, _row(t_th, t.median, scale, **lab)]
+    del system, x, dl, d, du, b, ab, ref
+
+    # ---- one long system split across the workers
+    m = p["single"]
+    system = random_system(m, None, seed=2, client=client)
+    lab = dict(base, case=f"single 2^{int(np.log2(m))}")
+    dl, d, du, b = host_copy(system, client)
+    ab = _banded(dl, d, du)
+    t = wb.bench.measure(lambda: wb.tridiag_solve(*system, client=client), name="wb.tridiag_solve",
+                         repeat=rep, keep_value=True)
+    ours = t.row(role="ours", speedup=1.0, **lab)
+    ours["bandwidth_gbps"] = 5 * m * 8 / t.median / 1e9
+    ours["stream_fraction"] = ours["bandwidth_gbps"] / stream
+    ours["max_abs_diff_vs_lapack"] = float(np.abs(np.asarray(t.value) - sl.lapack.dgtsv(dl, d, du, b)[3]).max())
+    ours["reduced"] = t.value.stats["reduced"]
+    peers = [("LAPACK dgtsv", lambda: sl.lapack.dgtsv(dl, d, du, b)),
+             ("scipy solve_banded", lambda: sl.solve_banded((1, 1), ab, b, check_finite=False)),
+             ("numba Thomas (1 thread)", lambda: thomas_reference(dl, d, du, b))]
+    prow = [_row(wb.bench.measure(f, name=nm, repeat=rep), t.median, **lab) for nm, f in peers]
+    prow[0].update(target=SINGLE_TARGET, target_metric="speedup",
+                   meets_target=bool(prow[0]["speedup"] >= SINGLE_TARGET))
+    return rows + [ours] + prow
+
+
+if __name__ == "__main__":
+    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
+    with wb.cluster(n_workers=2, quiet=True) as c:
+        out = run(c, prof)
+    for r in out:
+        print({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()
+               if key not in ("min_s", "max_s", "repeats", "role", "profile", "kernel")})

@@ -1,0 +1,208 @@
+"""Distributed tridiagonal solver (DistD2-TDS) and compact derivative against scipy/numpy oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg as sl
+
+import workbench as wb
+from workbench.kernels.tridiag import distribute_system, random_system, validate_tridiag
+
+RTOL = 1e-10
+
+
+def _system(kind: str, n: int, batch: int | None, nrhs: int | None, seed: int = 0, periodic: bool = False):
+    rng = np.random.default_rng(seed)
+    shape = (n,) if batch is None else (batch, n)
+    m = n if periodic else n - 1
+    off = shape[:-1] + (m,)
+    if kind == "dominant":
+        dl, du = rng.uniform(-1, 1, off), rng.uniform(-1, 1, off)
+        d = 2.5 + rng.random(shape)
+    else:  # not diagonally dominant (|dl|+|du| > |d|) but well conditioned: 1 +- 2 sqrt(dl du) away from 0
+        dl, du = 0.85 + 0.05 * rng.random(off), 0.25 + 0.05 * rng.random(off)
+        d = 1.0 + 0.05 * rng.random(shape)
+    b = rng.standard_normal(shape if nrhs is None else shape + (nrhs,))
+    return dl, d, du, b
+
+
+def _banded(dl, d, du, b):
+    ab = np.zeros((3, d.size))
+    ab[0, 1:], ab[1], ab[2, :-1] = du, d, dl
+    return sl.solve_banded((1, 1), ab, b)
+
+
+def _oracle(dl, d, du, b):
+    if d.ndim == 1:
+        return _banded(dl, d, du, b)
+    return np.stack([_banded(dl[k], d[k], du[k], b[k]) for k in range(d.shape[0])])
+
+
+def _dense(dl, d, du, b):
+    n = d.size
+    A = np.diag(d) + np.diag(dl[1:], -1) + np.diag(du[:-1], 1)
+    A[0, n - 1] += dl[0]
+    A[n - 1, 0] += du[n - 1]
+    return np.linalg.solve(A, b)
+
+
+def _close(x, ref):
+    x = np.asarray(x)
+    assert x.shape == ref.shape
+    assert np.abs(x - ref).max() <= RTOL * max(1.0, np.abs(ref).max())
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["dominant", "nondominant"])
+def test_batch_matches_solve_banded(clients, n_workers, kind):
+    client = clients(n_workers)
+    dl, d, du, b = _system(kind, 103, 7, 3, seed=n_workers)          # n not divisible by 2 or 3
+    x = wb.tridiag_solve(dl, d, du, b, client=client)
+    _close(x, _oracle(dl, d, du, b))
+    assert x.stats["reduced"] == "exact"                            # 9-row sub-blocks: coupling too strong
+    dl1, d1, du1, b1 = (a[0] for a in (dl, d, du, b[..., 0]))       # single system, one rhs
+    _close(wb.tridiag_solve(dl1, d1, du1, b1, client=client), _banded(dl1, d1, du1, b1))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 11])
+def test_small_n_on_three_workers(clients, n):
+    client = clients(3)
+    dl, d, du, b = _system("dominant", n, None, 2, seed=n)             # n < workers * 4
+    x = wb.tridiag_solve(dl, d, du, b, client=client)
+    _close(x, _banded(dl, d, du, b))
+    assert validate_tridiag(dl, d, du, b, np.asarray(x)) < 1e-14
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_periodic_against_dense(clients, n_workers):
+    client = clients(n_workers)
+    for kind, n in (("dominant", 50), ("nondominant", 37), ("dominant", 3)):
+        dl, d, du, b = _system(kind, n, 4, None, seed=n, periodic=True)
+        x = np.asarray(wb.tridiag_solve(dl, d, du, b, periodic=True, client=client))
+        ref = np.stack([_dense(dl[k], d[k], du[k], b[k]) for k in range(4)])
+        _close(x, ref)
+        assert validate_tridiag(dl, d, du, b, x, periodic=True) < (1e-14 if kind == "dominant" else 1e-11)
+
+
+def test_identical_for_1_2_3_workers_and_all_work(clients):
+    from distributed import futures_of
+
+    dl, d, du, b = _system("dominant", 1500, 9, None, seed=7)
+    outs = {}
+    for p in (1, 2, 3):
+        client = clients(p)
+        for reduced in ("exact", "truncated"):
+            x = wb.tridiag_solve(dl, d, du, b, reduced=reduced, client=client)
+            assert min(x.stats["rows_per_worker"]) > 0
+            holders = {w for ws in client.who_has(futures_of(x)).values() for w in ws}
+            assert len(holders) == p                                     # every worker holds a block of x
+            outs[p, reduced] = np.asarray(x)
+    assert wb.tridiag_solve(dl, d, du, b, client=client).stats["reduced"] == "truncated"   # auto, dominant
+    for reduced in ("exact", "truncated"):
+        assert np.array_equal(outs[1, reduced], outs[2, reduced])
+        assert np.array_equal(outs[1, reduced], outs[3, reduced])
+    _close(outs[1, "exact"], _oracle(dl, d, du, b))
+
+
+def test_truncation_bound(clients):
+    client = clients(2)
+    n = 240                                                          # 12 sub-blocks of 20 rows
+    rng = np.random.default_rng(3)
+    for rho in (0.95, 0.6):                                          # dominance ratio (|dl|+|du|)/d
+        dl, du = np.full(n - 1, rho / 2), np.full(n - 1, rho / 2)
+        d, b = np.ones(n), rng.standard_normal(n)
+        ex = wb.tridiag_solve(dl, d, du, b, reduced="exact", client=client)
+        tr = wb.tridiag_solve(dl, d, du, b, reduced="truncated", client=client)
+        tau = tr.stats["truncation_coupling"]
+        err = np.abs(np.asarray(tr) - np.asarray(ex)).max()
+        assert err <= 4 * tau * np.abs(np.asarray(ex)).max() + 1e-15
+        assert tau <= rho ** 19 * 1.01                                 # tau <= rho**(L-1)
+    assert ex.stats["reduced"] == "exact"
+
+
+def test_dask_rowblocks_and_array_engine(clients):
+    import dask.array as da
+
+    client = clients(2)
+    dl, d, du, b = _system("dominant", 300, 6, None, seed=11)
+    ref = _oracle(dl, d, du, b)
+    dask_in = [da.from_array(a, chunks=(3, 77)) for a in (dl, d, du, b)]
+    _close(wb.tridiag_solve(*dask_in, client=client), ref)
+    rows = distribute_system(dl, d, du, b, client=client)
+    xr = wb.tridiag_solve(*rows, client=client)                     # line-major (n, batch)
+    _close(np.asarray(xr).T, ref)
+    xa = wb.tridiag_solve(dl, d, du, b, engine="array", client=client)
+    assert np.abs(np.asarray(xa) - np.asarray(xr).T).max() < 1e-13
+    g = random_system(200, 5, nrhs=2, seed=1, client=client)         # generated on the workers
+    x = wb.tridiag_solve(*g, client=client)
+    host = [blk.gather(client) for blk in g]
+    res = validate_tridiag(host[0][1:].T, host[1].T, host[2][:-1].T, host[3].transpose(2, 0, 1),
+                           np.asarray(x).transpose(2, 0, 1))
+    assert res < 1e-14 and x.stats["bytes_moved"] > 0
+
+
+def test_compact_derivative(clients):
+    client = clients(3)
+    n = 512
+    t = 2 * np.pi * np.arange(n) / n
+    f = np.stack([np.sin(t), np.cos(t)])
+    df = np.asarray(wb.compact_derivative(f, 2 * np.pi / n, client=client))
+    assert np.abs(df - np.stack([np.cos(t), -np.sin(t)])).max() < 1e-8
+    errs = []
+    for m in (64, 128):                                              # one-sided closures: >= third order
+        t = np.linspace(0, 2 * np.pi, m)
+        d = np.asarray(wb.compact_derivative(np.sin(t), t[1] - t[0], periodic=False, client=client))
+        errs.append(np.sqrt(np.mean((d - np.cos(t)) ** 2)))
+    assert errs[1] < 1e-4 and errs[0] / errs[1] > 2 ** 2.5
+    t = 2 * np.pi * np.arange(n) / n                                 # last: np.asarray uses the newest client
+    df1 = np.asarray(wb.compact_derivative(np.sin(t), 2 * np.pi / n, client=clients(1)))
+    assert np.array_equal(df1, df[0])
+
+
+def test_bad_inputs(clients):
+    client = clients(2)
+    dl, d, du, b = _system("dominant", 10, None, None)
+    with pytest.raises(ValueError, match="dl"):
+        wb.tridiag_solve(dl[:-1], d, du, b, client=client)
+    with pytest.raises(ValueError, match="periodic: length n"):
+        wb.tridiag_solve(dl, d, du, b, periodic=True, client=client)
+    with pytest.raises(ValueError, match="b must"):
+        wb.tridiag_solve(dl, d, du, b[:-1], client=client)
+    bad = d.copy()
+    bad[4] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        wb.tridiag_solve(dl, bad, du, b, client=client)
+    with pytest.raises(np.linalg.LinAlgError):
+        wb.tridiag_solve(np.zeros(9), np.zeros(10), np.zeros(9), b, client=client)
+    with pytest.raises(np.linalg.LinAlgError):                       # singular, no zero pivot
+        wb.tridiag_solve(np.ones(1), np.ones(2), np.ones(1), np.ones(2), client=client)
+    with pytest.raises(ValueError, match="reduced"):
+        wb.tridiag_solve(dl, d, du, b, reduced="pdd", client=client)
+    with pytest.raises(TypeError, match="complex"):
+        wb.tridiag_solve(dl, d + 0j, du, b, client=client)
+    with pytest.raises(ValueError, match="periodic"):
+        wb.tridiag_solve(np.ones(2), np.ones(2), np.ones(2), np.ones(2), periodic=True, client=client)
+    with pytest.raises(ValueError, match="order"):
+        wb.compact_derivative(np.ones(16), 0.1, order=2, client=client)
+    with pytest.raises(ValueError, match="h must"):
+        wb.compact_derivative(np.ones(16), 0.0, client=client)
+    import dask.array as da
+    nan_d = da.from_array(bad, chunks=5)                             # found on the workers
+    with pytest.raises(ValueError, match="non-finite"):
+        np.asarray(wb.tridiag_solve(dl, nan_d, du, b, client=client))
+
+
+@pytest.mark.gpu
+def test_array_engine_on_cupy():
+    import cupy as cp
+
+    from workbench.kernels.tridiag import _solve_chain
+
+    dl, d, du, b = _system("dominant", 300, 8, None, seed=5)
+    A, C, D = dl[:, 1:].T / d[:, 1:].T, du[:, :-1].T / d[:, :-1].T, (b / d).T[:, None, :]
+    A = np.vstack([np.zeros((1, 8)), A])
+    C = np.vstack([C, np.zeros((1, 8))])
+    y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, use_numba=False)
+    yh = _solve_chain(A, C, D, False, use_numba=True)
+    assert np.abs(cp.asnumpy(y) - yh).max() < 1e-13
