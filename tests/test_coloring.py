@@ -1,0 +1,177 @@
+"""Distributed D1 / D2 / partial-D2 coloring against independent scipy / networkx oracles."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import workbench as wb
+
+
+def _powerlaw(n: int = 300, seed: int = 3) -> sp.csr_matrix:
+    g = nx.barabasi_albert_graph(n, 3, seed=seed)
+    return sp.csr_matrix(nx.to_scipy_sparse_array(g, format="csr", dtype=float))
+
+
+def _disconnected() -> sp.csr_matrix:
+    # two components of different kinds, plus isolated vertices at the end
+    return sp.block_diag([wb.data.rmat(7, seed=2), wb.data.grid_graph((6, 7)), sp.csr_matrix((5, 5))],
+                         format="csr")
+
+
+GRAPHS = {
+    "rmat": lambda: wb.data.rmat(9, seed=1),
+    "grid3d": lambda: wb.data.grid_graph((6, 6, 5)),
+    "powerlaw": _powerlaw,
+    "disconnected": _disconnected,
+}
+
+
+def _pattern(A):
+    P = sp.csr_matrix(A, dtype=bool).astype(np.int64)
+    P.setdiag(0)
+    P.eliminate_zeros()
+    return P
+
+
+def _oracle_conflicts(A, colors, distance) -> int:
+    """Pairs at the given distance sharing a color, via explicit sparse products (small graphs only)."""
+    if distance == "partial2":
+        B = sp.csr_matrix(A, dtype=bool).astype(np.int64)
+        C = (B.T @ B).tocoo()
+    else:
+        P = _pattern(A)
+        C = (P + P @ P).tocoo() if distance == 2 else P.tocoo()
+    off = C.row != C.col
+    return int(np.sum(colors[C.row[off]] == colors[C.col[off]]))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+@pytest.mark.parametrize("distance", [1, 2])
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_valid_distance_coloring(clients, n_workers, distance, graph):
+    client = clients(n_workers)
+    A = GRAPHS[graph]()
+    r = wb.color(A, distance=distance, client=client)
+    assert r.colors.dtype == np.int64 and r.colors.shape == (A.shape[0],) and r.colors.min() >= 0
+    assert _oracle_conflicts(A, r.colors, distance) == 0
+    assert wb.validate_coloring(A, r.colors, distance=distance)
+    assert r.n_colors == len(np.unique(r.colors))
+    # first-fit bound: never more colors than the largest constraint set + 1
+    P = _pattern(A)
+    bound = (P if distance == 1 else ((P + P @ P) > 0)).sum(axis=1).max() + 1
+    assert r.n_colors <= bound
+    assert r.stats["rounds"] <= 40 and len(r.stats["conflicts"]) == r.stats["rounds"] - 1
+    assert r.stats["conflicts"][-1] == 0
+    assert r.stats["n_workers"] == n_workers and r.stats["bytes_moved"] >= 0
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(400, 150), (90, 260)])
+def test_partial_distance2_rectangular(clients, n_workers, shape):
+    client = clients(n_workers)
+    M = sp.random(*shape, density=0.03, format="csr", random_state=7)
+    r = wb.color(M, distance="partial2", client=client)
+    assert r.colors.shape == (shape[1],)
+    assert _oracle_conflicts(M, r.colors, "partial2") == 0
+    assert wb.validate_coloring(M, r.colors, distance="partial2")
+    # a column's constraint set is the union of its rows: the widest row is a lower bound
+    assert np.diff(M.indptr).max() <= r.n_colors <= (sp.csr_matrix(M, dtype=bool).T.astype(int) @ M.astype(bool)
+                                                     .astype(int)).getnnz(axis=1).max()
+
+
+def test_one_worker_equals_sequential_largest_first(clients):
+    """With one rank there are no conflicts: the result is sequential greedy in
+    (degree desc, id) order, recomputed here in plain Python."""
+    A = _powerlaw(200, seed=5)
+    r = wb.color(A, distance=1, client=clients(1))
+    n = A.shape[0]
+    deg = np.diff(A.indptr)
+    order = np.lexsort((np.arange(n), -deg))
+    ref = np.full(n, -1)
+    for u in order:
+        used = {ref[v] for v in A.indices[A.indptr[u]:A.indptr[u + 1]]}
+        c = 0
+        while c in used:
+            c += 1
+        ref[u] = c
+    np.testing.assert_array_equal(r.colors, ref)
+    assert sum(r.stats["conflicts"]) == 0
+
+
+def test_every_worker_works_and_validity_is_stable(clients):
+    A = wb.data.rmat(10, seed=4)
+    nx_lf = max(nx.greedy_color(nx.from_scipy_sparse_array(A), strategy="largest_first").values()) + 1
+    counts = {}
+    for n_workers in (1, 2, 3):
+        client = clients(n_workers)
+        G = wb.data.rmat_distributed(10, seed=4, client=client)
+        r = wb.color(G, distance=1, client=client)
+        assert wb.validate_coloring(A, r.colors)
+        per = r.stats["vertices_per_worker"]
+        assert len(per) == n_workers and min(per) > 0 and sum(per) == A.shape[0]
+        assert len(set(r.stats["workers"])) == n_workers
+        if n_workers > 1:
+            assert r.stats["bytes_moved"] > 0
+        counts[n_workers] = r.n_colors
+    # speculative coloring depends on the partition, its quality should not
+    assert max(counts.values()) <= 1.2 * nx_lf, (counts, nx_lf)
+
+
+def test_host_and_distributed_inputs_agree(clients):
+    client = clients(2)
+    A = wb.data.rmat(9, seed=6)
+    r1 = wb.color(A, distance=2, client=client)
+    r2 = wb.color(wb.distribute(A, client=client), distance=2, client=client)  # symmetry checked on workers
+    np.testing.assert_array_equal(r1.colors, r2.colors)
+
+
+@pytest.mark.parametrize("tie_break", ["degree", "random"])
+def test_tie_break_modes(clients, tie_break):
+    client = clients(3)
+    A = wb.data.rmat(9, seed=8)
+    r = wb.color(A, distance=1, client=client, tie_break=tie_break)
+    assert wb.validate_coloring(A, r.colors)
+    assert r.stats["tie_break"] == tie_break
+
+
+def test_validator_names_offending_pair():
+    A = sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]]))
+    assert wb.validate_coloring(A, [0, 1, 0], distance=1)
+    with pytest.raises(ValueError, match="vertices 0 and 1 share color 0"):
+        wb.validate_coloring(A, [0, 0, 1], distance=1)
+    with pytest.raises(ValueError, match="vertices 0 and 2 share color 0"):
+        wb.validate_coloring(A, [0, 1, 0], distance=2)
+    M = sp.csr_matrix(np.array([[1, 0, 1], [0, 1, 0]]))
+    assert wb.validate_coloring(M, [0, 0, 1], distance="partial2")
+    with pytest.raises(ValueError, match="columns 0 and 2"):
+        wb.validate_coloring(M, [0, 1, 0], distance="partial2")
+    with pytest.raises(ValueError, match="shape"):
+        wb.validate_coloring(A, [0, 1], distance=1)
+    with pytest.raises(ValueError, match="non-negative"):
+        wb.validate_coloring(A, [0, -1, 0], distance=1)
+
+
+def test_bad_inputs(clients):
+    client = clients(2)
+    A = wb.data.rmat(6, seed=1)
+    with pytest.raises(ValueError, match="distance"):
+        wb.color(A, distance=3, client=client)
+    with pytest.raises(ValueError, match="tie_break"):
+        wb.color(A, tie_break="age", client=client)
+    with pytest.raises(ValueError, match="square"):
+        wb.color(sp.random(10, 12, 0.3, format="csr"), distance=1, client=client)
+    asym = sp.csr_matrix(np.triu(np.ones((6, 6)), 1))
+    for d in (1, 2):
+        with pytest.raises(ValueError, match="symmetric"):
+            wb.color(asym, distance=d, client=client)
+    with pytest.raises(ValueError, match="symmetric"):  # unknown symmetry: checked on the workers
+        wb.color(wb.distribute(sp.csr_matrix(np.triu(np.ones((40, 40)), 1)), client=client), client=client)
+    with pytest.raises(TypeError, match="graph"):
+        wb.color(np.ones((4, 4)), client=client)
+    with pytest.raises(TypeError, match="1-D"):
+        wb.color(wb.distribute(A, client=client, partition="2d"), client=client)
+    assert wb.validate_coloring(asym, wb.color(asym, distance="partial2", client=client).colors,
+                                distance="partial2")
