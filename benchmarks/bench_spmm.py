@@ -1,0 +1,84 @@
+"""SpMM benchmark: wb.spmm on an R-MAT graph already on the workers vs scipy (and python-graphblas).
+
+Headline (issue #6): R-MAT SCALE 20 adjacency times a dense 2**20 x 64 float64
+matrix on 2 workers, result left distributed, must run at least 1.5x faster
+than scipy's single-threaded CSR @ dense in the same process, and reach at
+least 25% of the workers' aggregate STREAM triad bandwidth under the no-reuse
+traffic model ``nnz (12 + 8k) + m k 8``.
+
+Run alone::
+
+    python benchmarks/bench_spmm.py [ci|laptop]
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+import workbench as wb
+from workbench.cluster import worker_addresses
+from workbench.kernels.spmm import traffic_bytes
+
+PROFILES = {
+    "ci": {"scale": 10, "k": 8, "repeat": 2, "stream_n": 1 << 22, "graphblas": True},
+    "laptop": {"scale": 20, "k": 64, "repeat": 3, "stream_n": 1 << 25, "graphblas": True},
+}
+SPEEDUP_TARGET = 1.5
+STREAM_TARGET = 0.25
+
+
+def run(client: Any, profile: str = "laptop") -> list[dict]:
+    """Measure ours and the peers on the same input; tidy rows with ``speedup`` = peer / ours."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    p = PROFILES[profile]
+    scale, k = p["scale"], p["k"]
+    n_workers = len(worker_addresses(client))
+    G = wb.data.rmat_distributed(scale, seed=1, client=client)          # A already on the workers
+    rng = np.random.default_rng(0)
+    B = rng.standard_normal((G.shape[1], k))
+    Bd = wb.distribute(B, client=client, workers=G.workers)              # B by rows, same workers
+    A = wb.data.rmat(scale, seed=1)                                      # the peers' host copy
+    assert A.nnz == G.nnz
+    stream = wb.bench.stream_triad(client, n=p["stream_n"])["aggregate_gbps"]
+
+    peers = [("scipy CSR @ dense (1 thread)", lambda: A @ B)]
+    if p["graphblas"]:
+        try:
+            import graphblas as gb
+
+            gb.ss.config["nthreads"] = 1
+            Ag, Bg = gb.io.from_scipy_sparse(A), gb.Matrix.from_dense(B)
+            peers.append(("python-graphblas mxm (1 thread)", lambda: Ag.mxm(Bg).new()))
+        except ImportError:  # pragma: no cover - optional peer
+            pass
+    labels = {"kernel": "spmm", "matrix": f"rmat-{scale}", "k": k, "n_workers": n_workers, "profile": profile}
+    rows = wb.bench.compare(("wb.spmm stationary-c", lambda: wb.spmm(G, Bd, client=client)), peers,
+                            repeat=p["repeat"], **labels)
+    traffic = traffic_bytes(A.nnz, A.shape[0], k)
+    for r in rows:
+        r["gflops"] = 2.0 * A.nnz * k / r["median_s"] / 1e9
+        r["effective_gbps"] = traffic / r["median_s"] / 1e9
+        r["stream_fraction"] = r["effective_gbps"] / stream
+        r["stream_gbps"] = stream
+    ours, scipy_row = rows[0], rows[1]
+    scipy_row.update(target=SPEEDUP_TARGET, target_metric="speedup vs scipy",
+                     meets_target=bool(scipy_row["speedup"] >= SPEEDUP_TARGET))
+    ours.update(target=STREAM_TARGET, target_metric="stream_fraction",
+                meets_target=bool(ours["stream_fraction"] >= STREAM_TARGET))
+    _, st = wb.spmm(G, Bd, client=client, return_stats=True)
+    ours["bytes_moved"] = st["bytes_moved"]
+    ours["phases"] = {ph: round(max(r[ph] for r in st["phases"]), 4) for ph in st["phases"][0]}
+    return rows
+
+
+if __name__ == "__main__":
+    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
+    with wb.cluster(n_workers=2, quiet=True) as c:
+        out = run(c, prof)
+    for r in out:
+        print({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()
+               if key not in ("min_s", "max_s", "repeats", "role")})
