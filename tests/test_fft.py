@@ -1,0 +1,169 @@
+"""Distributed FFT (AccFFT slab/pencil) against numpy.fft on 1-4 workers."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.kernels.fft import validate_fft
+
+WORKERS = (1, 2, 3, 4)
+
+
+def _data(shape, seed=0, real=False, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(dtype)
+    if real:
+        return x
+    return x + 1j * rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("n_workers", WORKERS)
+@pytest.mark.parametrize("decomposition", ["slab", "pencil"])
+def test_3d_matches_numpy(clients, n_workers, decomposition):
+    client = clients(n_workers)
+    x = _data((9, 7, 11))
+    xr = _data((9, 7, 11), seed=1, real=True)
+    kw = {"decomposition": decomposition, "client": client}
+    F = wb.fftn(x, **kw)
+    assert isinstance(F, da.Array) and F.dtype == np.complex128
+    validate_fft(F, x, "fwd")
+    validate_fft(wb.ifftn(x, **kw), x, "bwd")
+    R = wb.rfftn(xr, **kw)
+    validate_fft(R, xr, "r2c")
+    validate_fft(wb.irfftn(R, s=xr.shape, **kw), np.asarray(R), "c2r", s=xr.shape)
+    # a dask input whose chunks divide neither the shape nor the worker count
+    xd = da.from_array(x, chunks=(4, 3, 5))
+    validate_fft(wb.fftn(xd, **kw), x, "fwd")
+    assert F.stats["grid"] == ((n_workers,) if decomposition == "slab" else wb.partition.grid_shape(n_workers))
+    if n_workers == 4 and decomposition == "pencil":
+        assert F.stats["grid"] == (2, 2) and F.stats["n_transposes"] == 2
+
+
+@pytest.mark.parametrize("n_workers", WORKERS)
+def test_2d_odd_and_prime(clients, n_workers):
+    client = clients(n_workers)
+    for shape in [(13, 6), (17, 5)]:
+        x = _data(shape, seed=shape[0])
+        xr = x.real.copy()
+        validate_fft(wb.fftn(x, client=client), x, "fwd")
+        validate_fft(wb.ifftn(x, client=client), x, "bwd")
+        R = wb.rfftn(xr, client=client)
+        validate_fft(R, xr, "r2c")
+        validate_fft(wb.irfftn(R, s=shape, client=client), np.asarray(R), "c2r", s=shape)
+
+
+@pytest.mark.parametrize("n_workers", WORKERS)
+@pytest.mark.parametrize("decomposition", ["slab", "pencil"])
+def test_round_trip_stays_distributed(clients, n_workers, decomposition):
+    client = clients(n_workers)
+    x = _data((8, 10, 7), seed=3)
+    kw = {"decomposition": decomposition, "client": client}
+    F = wb.fftn(x, **kw)
+    back = wb.ifftn(F, **kw)
+    # the transposed output layout is used in place: no redistribution, no extra transposes
+    assert not back.stats["input_redistributed"]
+    assert back.stats["n_transposes"] == F.stats["n_transposes"]
+    np.testing.assert_allclose(np.asarray(back), x, rtol=0, atol=1e-12 * np.abs(x).max())
+    xr = x.real.copy()
+    back_r = wb.irfftn(wb.rfftn(xr, **kw), s=xr.shape, **kw)
+    assert back_r.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(back_r), xr, rtol=0, atol=1e-12 * np.abs(xr).max())
+
+
+def test_every_worker_works_and_results_agree(clients):
+    x = _data((12, 9, 10), seed=5)
+    results = {}
+    for n in (1, 2, 3):
+        F = wb.fftn(x, client=clients(n))
+        per = F.stats["per_rank"]
+        assert sorted(r["worker"] for r in per) == sorted(clients(n).nthreads())
+        assert all(np.prod(r["shape"]) > 0 and r["fft_s"] > 0 for r in per)
+        if n > 1:
+            assert F.stats["bytes_moved"] > 0
+        assert len(F.chunks[1]) == n  # the slab output is split over every worker
+        results[n] = np.asarray(F)
+    ref = np.fft.fftn(x)
+    for n, r in results.items():
+        assert np.abs(r - results[1]).max() <= 1e-13 * np.abs(ref).max(), n
+
+
+def test_s_axes_norm_and_dtypes(clients):
+    client = clients(3)
+    x = _data((6, 9, 8), seed=7)
+    for s, axes, norm in [((5, 12), (0, 2), "ortho"), (None, (1, 2), "forward"), ((4, 4, 4), None, None),
+                          (None, (-1, 0), "backward")]:
+        validate_fft(wb.fftn(x, s=s, axes=axes, norm=norm, client=client), x, "fwd", s=s, axes=axes, norm=norm)
+        validate_fft(wb.ifftn(x, s=s, axes=axes, norm=norm, client=client), x, "bwd", s=s, axes=axes, norm=norm)
+    xr = x.real.copy()
+    validate_fft(wb.rfftn(xr, axes=(0, 1), norm="ortho", client=client), xr, "r2c", axes=(0, 1), norm="ortho")
+    R = np.fft.rfftn(xr)
+    validate_fft(wb.irfftn(R, s=(6, 9, 7), client=client), R, "c2r", s=(6, 9, 7))
+    # axes that skip the distributed one need no communication
+    local = wb.fftn(x, axes=(1, 2), client=client)
+    assert local.stats["n_transposes"] == 0 and local.stats["bytes_moved"] == 0
+    # single precision stays single, as in numpy >= 2
+    x32 = x.astype(np.complex64)
+    F32 = wb.fftn(x32, client=client)
+    assert F32.dtype == np.complex64
+    validate_fft(F32, x32, "fwd", rtol=1e-5)
+    R32 = wb.rfftn(xr.astype(np.float32), client=client)
+    assert R32.dtype == np.complex64
+    validate_fft(R32, xr.astype(np.float32), "r2c", rtol=1e-5)
+    # integer input is promoted like numpy
+    xi = np.arange(60).reshape(3, 4, 5)
+    validate_fft(wb.fftn(xi, client=client), xi, "fwd")
+    # 1-D transforms have no slab schedule and run on one rank
+    z = _data((31,), seed=9)
+    validate_fft(wb.fftn(z, client=client), z, "fwd")
+
+
+def test_pencil_grid_argument(clients):
+    client = clients(4)
+    x = _data((8, 6, 5), seed=11)
+    F = wb.fftn(x, decomposition="pencil", grid=(1, 4), client=client)
+    assert F.stats["grid"] == (1, 4)
+    validate_fft(F, x, "fwd")
+
+
+def test_bad_inputs(clients):
+    client = clients(4)
+    x = _data((4, 6, 5))
+    with pytest.raises(ValueError, match="axes"):
+        wb.fftn(x, axes=(0, 3), client=client)
+    with pytest.raises(ValueError, match="axes"):
+        wb.fftn(x, axes=(1, 1), client=client)
+    with pytest.raises(ValueError, match="axes"):
+        wb.ifftn(x, axes=(), client=client)
+    with pytest.raises(ValueError, match="grid"):
+        wb.fftn(_data((3, 8, 8)), decomposition="slab", client=client)  # 3 planes for 4 workers
+    with pytest.raises(ValueError, match="grid"):
+        wb.fftn(x, decomposition="pencil", grid=(3, 1), client=client)
+    with pytest.raises(ValueError, match="grid"):
+        wb.fftn(_data((2, 3, 9)), decomposition="pencil", grid=(4, 1), client=client)
+    with pytest.raises(ValueError, match="pencil"):
+        wb.fftn(_data((8, 8)), decomposition="pencil", client=client)
+    with pytest.raises(ValueError, match="dtype"):
+        wb.fftn(np.array([["a", "b"], ["c", "d"]]), client=client)
+    with pytest.raises(ValueError, match="dtype"):
+        wb.fftn(np.empty((4, 4), dtype=object), client=client)
+    with pytest.raises(ValueError, match="real"):
+        wb.rfftn(x, client=client)
+    with pytest.raises(ValueError, match="norm"):
+        wb.fftn(x, norm="unitary", client=client)
+    with pytest.raises(ValueError, match="decomposition"):
+        wb.fftn(x, decomposition="cube", client=client)
+    with pytest.raises(ValueError, match="s has"):
+        wb.fftn(x, s=(4, 4), axes=(0,), client=client)
+
+
+@pytest.mark.gpu
+def test_gpu_matches_numpy():
+    import cupy as cp
+
+    with wb.cluster(backend="gpu", quiet=True) as client:
+        x = _data((16, 12, 10), seed=13)
+        F = wb.fftn(cp.asarray(x), client=client)
+        validate_fft(F.map_blocks(cp.asnumpy, dtype=F.dtype), x, "fwd")
