@@ -1,0 +1,239 @@
+"""Distributed BFS: levels against scipy's hop counts, parents against the Graph500 rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+
+import workbench as wb
+from workbench.kernels import bfs as kb
+
+A_RMAT = wb.data.rmat(9, edgefactor=8, seed=2)
+
+
+SRC_RMAT = int(wb.data.search_keys(A_RMAT, 1, seed=5)[0])
+_LEVELS: dict = {}
+
+
+def hops(A, source):
+    d = csgraph.shortest_path(A, unweighted=True, indices=source)
+    return np.where(np.isinf(d), -1, d).astype(np.int64)
+
+
+def layouts(n):
+    """(partition, grid) pairs to try on n workers: 1-D, and a 2-D grid with C > 1 where possible."""
+    return [("1d", None), ("2d", (1, n))] if n > 1 else [("1d", None), ("2d", (1, 1))]
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_rmat_levels_all_layouts_and_directions(clients, n_workers):
+    client = clients(n_workers)
+    want = hops(A_RMAT, SRC_RMAT)
+    G = wb.distribute(A_RMAT, client=client, symmetric=True)  # 2-D runs re-layout this on the workers
+    for partition, grid in layouts(n_workers):
+        for direction in ("auto", "top-down", "bottom-up"):
+            r = wb.bfs(G, SRC_RMAT, client=client, partition=partition, grid=grid, direction=direction)
+            np.testing.assert_array_equal(r.level, want, err_msg=f"{partition} {grid} {direction}")
+            rep = wb.validate_bfs(A_RMAT, r)
+            assert rep.ok, rep.messages
+            assert r.parent.dtype == np.int64 and r.parent[SRC_RMAT] == SRC_RMAT
+            assert r.stats["levels"] == want.max() + 1
+            assert r.stats["teps"] > 0 and r.stats["bytes_moved"] >= 0
+            assert {d["direction"] for d in r.stats["per_level"]} <= {"top-down", "bottom-up"}
+            if direction != "auto":
+                assert {d["direction"] for d in r.stats["per_level"]} == {direction}
+            _LEVELS[(n_workers, partition, direction)] = r.level
+            if n_workers > 1:  # every rank examined edges: the work is really split
+                assert all(e > 0 for e in r.stats["edges_examined_per_rank"]), r.stats["edges_examined_per_rank"]
+
+
+def test_identical_across_worker_counts():
+    if len(_LEVELS) < 18:
+        pytest.skip("needs the parametrised layout test to have run for 1, 2 and 3 workers")
+    first = next(iter(_LEVELS.values()))
+    for key, lv in _LEVELS.items():
+        np.testing.assert_array_equal(lv, first, err_msg=str(key))
+
+
+@pytest.mark.slow
+def test_true_2d_grid_on_four_workers(clients):
+    """A 2x2 grid: the expand (processor columns) and the fold (processor rows) both exchange data."""
+    client = clients(4)
+    G = wb.distribute(A_RMAT, client=client, partition="2d", symmetric=True)
+    assert G.grid == (2, 2)
+    want = hops(A_RMAT, SRC_RMAT)
+    for direction in ("auto", "top-down", "bottom-up"):
+        r = wb.bfs(G, SRC_RMAT, client=client, direction=direction)
+        assert r.stats["grid"] == (2, 2)
+        np.testing.assert_array_equal(r.level, want)
+        assert wb.validate_bfs(A_RMAT, r).ok
+        assert all(e > 0 for e in r.stats["edges_examined_per_rank"])
+
+
+def test_auto_switches_direction(clients):
+    r = wb.bfs(A_RMAT, SRC_RMAT, client=clients(2))
+    dirs = [d["direction"] for d in r.stats["per_level"]]
+    assert dirs[0] == "top-down" and "bottom-up" in dirs
+
+
+@pytest.mark.parametrize("partition,grid,length", [("1d", None, 159), ("2d", (1, 2), 99)])
+def test_grid_graph_hundreds_of_levels(clients, partition, grid, length):
+    A = wb.data.grid_graph((length, 2))
+    client = clients(2)
+    G = wb.distribute(A, client=client, partition="1d" if grid is None else "2d", grid=grid)
+    r = wb.bfs(G, 0, client=client)
+    np.testing.assert_array_equal(r.level, hops(A, 0))
+    assert r.stats["levels"] == length + 1 and r.stats["grid"] == ((2, 1) if grid is None else (1, 2))
+    assert wb.validate_bfs(A, r).ok
+
+
+def test_disconnected_isolated_and_hub(clients):
+    client = clients(3)
+    B = wb.data.rmat(7, edgefactor=4, seed=3)
+    A = sp.block_diag([B, sp.csr_matrix((5, 5)), wb.data.grid_graph((6, 6))], format="csr")
+    G = wb.distribute(A, client=client, symmetric=True)
+    hub = int(np.argmax(np.diff(A.indptr)))
+    isolated = B.shape[0] + 2
+    far = A.shape[0] - 1  # a corner of the lattice component
+    for src in (hub, isolated, far):
+        r = wb.bfs(G, src, client=client)
+        np.testing.assert_array_equal(r.level, hops(A, src))
+        assert wb.validate_bfs(A, r).ok
+    assert (r.level >= 0).sum() == 36
+    iso = wb.bfs(G, isolated, client=client)
+    assert (iso.parent >= 0).sum() == 1 and iso.stats["edges_traversed"] == 0
+
+
+def test_blockgrid_input_and_no_graph_movement(clients, monkeypatch):
+    client = clients(2)
+    G = wb.distribute(A_RMAT, client=client, partition="2d", grid=(1, 2), symmetric=True)
+    r1 = wb.bfs(G, SRC_RMAT, client=client)
+    assert r1.stats["grid"] == (1, 2)
+    launched = []
+    real = wb.comms.run_spmd
+
+    def spy(fn, *a, **k):
+        launched.append(k.get("name"))
+        return real(fn, *a, **k)
+
+    monkeypatch.setattr(kb.comms, "run_spmd", spy)
+    r2 = wb.bfs(G, SRC_RMAT, client=client, direction="top-down")
+    assert launched == ["bfs"]  # the prepared layout is reused: nothing rebuilt or re-sent
+    np.testing.assert_array_equal(r1.level, r2.level)
+
+
+def test_client_never_holds_the_graph(clients, monkeypatch):
+    client = clients(2)
+    G = wb.data.rmat_distributed(10, edgefactor=8, seed=4, client=client)
+    A = wb.data.rmat(10, edgefactor=8, seed=4)  # oracle only
+    src = int(wb.data.search_keys(A, 1)[0])
+    gathered = []
+    real_gather = type(client).gather
+
+    def gather(self, futures, *a, **k):
+        out = real_gather(self, futures, *a, **k)
+        gathered.extend(out if isinstance(out, list) else [out])
+        return out
+
+    monkeypatch.setattr(type(client), "gather", gather)
+    monkeypatch.setattr(type(client), "scatter", lambda *a, **k: pytest.fail("bfs scattered data"))
+    r = wb.bfs(G, src, client=client)
+    np.testing.assert_array_equal(r.level, hops(A, src))
+    assert not any(sp.issparse(x) for x in gathered)
+    total = sum(wb.comms.nbytes(x) for x in gathered)
+    assert total < 40 * A.shape[0] < A.nnz * 12  # parents + levels + stats, not the edges
+
+
+def test_graph500_validates_every_search(clients):
+    g = wb.graph500(8, edgefactor=8, n_roots=5, seed=1, client=clients(2))
+    assert len(g.roots) == 5 and g.valid.all()
+    A = wb.data.rmat(8, edgefactor=8, seed=1)
+    deg = np.diff(A.indptr)
+    for k, root in enumerate(g.roots):
+        want = deg[hops(A, root) >= 0].sum() // 2
+        assert g.edges[k] == want
+    st = g.stats
+    assert st["min_TEPS"] <= st["median_TEPS"] <= st["max_TEPS"]
+    assert st["harmonic_mean_TEPS"] == pytest.approx(len(g.teps) / np.sum(1 / g.teps))
+    assert st["construction_seconds"] > 0 and st["generation_seconds"] > 0
+
+
+def test_graph500_2d_catches_nothing_wrong(clients):
+    g = wb.graph500(8, edgefactor=8, n_roots=3, seed=2, client=clients(2), partition="2d", grid=(1, 2))
+    assert g.valid.all() and g.stats["grid"] == (1, 2)
+
+
+def test_validator_rejects_broken_trees():
+    A = wb.data.grid_graph((5, 5))
+    _, pred = csgraph.breadth_first_order(A, 0, directed=True, return_predecessors=True)
+    parent = np.where(pred < 0, -1, pred).astype(np.int64)
+    parent[0] = 0
+    assert wb.validate_bfs(A, parent, 0).ok  # scipy's tree is a valid result too
+    cyc = parent.copy()
+    cyc[1], cyc[2] = 2, 1
+    assert not wb.validate_bfs(A, cyc, 0).rules[kb._RULES[0]]
+    non_edge = parent.copy()
+    non_edge[24] = 0  # not a neighbour of 24
+    rep = wb.validate_bfs(A, non_edge, 0)
+    assert not rep.rules[kb._RULES[4]] and not rep.ok
+    short = parent.copy()
+    short[24] = -1  # tree misses a vertex of the component
+    assert not wb.validate_bfs(A, short, 0).rules[kb._RULES[3]]
+    lv = hops(A, 0)
+    lv[7] += 1
+    assert not wb.validate_bfs(A, parent, 0, level=lv).ok
+
+
+def test_vectorised_kernels_match_numba():
+    """The xp (numpy/cupy) local kernels -- the GPU path -- agree with the numba ones."""
+    A = wb.data.rmat(8, seed=7)
+    ptr, idx = A.indptr.astype(np.int64), A.indices.astype(np.int32)
+    rng = np.random.default_rng(0)
+    visited = rng.random(A.shape[0]) < 0.3
+    front = np.flatnonzero(rng.random(A.shape[0]) < 0.1).astype(np.int64)
+    fbits = np.zeros(A.shape[0], bool)
+    fbits[front] = True
+    out_r, out_p = np.empty(A.shape[0], np.int32), np.empty(A.shape[0], np.int32)
+    for nb, xp_fn, arg in ((kb._td_numba, kb._td_xp, front), (kb._bu_numba, kb._bu_xp, fbits)):
+        v1, v2 = visited.copy(), visited.copy()
+        cnt, _ = nb(ptr, idx, arg, v1, out_r, out_p)
+        rows, par, _ = xp_fn(ptr, idx, arg, v2)
+        np.testing.assert_array_equal(np.sort(out_r[:cnt]), rows)
+        np.testing.assert_array_equal(v1, v2)
+        assert all(A[r, p] for r, p in zip(rows, par, strict=True))
+        if nb is kb._td_numba:
+            assert fbits[par].all()
+
+
+def test_bad_inputs(clients):
+    client = clients(2)
+    with pytest.raises(ValueError, match="square"):
+        wb.bfs(sp.random(4, 5, 0.5, format="csr"), 0, client=client)
+    with pytest.raises(ValueError, match="symmetric"):
+        wb.bfs(sp.csr_matrix(np.triu(np.ones((4, 4)), 1)), 0, client=client)
+    with pytest.raises(ValueError, match="source"):
+        wb.bfs(A_RMAT, A_RMAT.shape[0], client=client)
+    with pytest.raises(ValueError, match="source"):
+        wb.bfs(A_RMAT, -1, client=client)
+    with pytest.raises(TypeError, match="source"):
+        wb.bfs(A_RMAT, 1.5, client=client)
+    with pytest.raises(ValueError, match="direction"):
+        wb.bfs(A_RMAT, 0, client=client, direction="sideways")
+    with pytest.raises(ValueError, match="partition"):
+        wb.bfs(A_RMAT, 0, client=client, partition="3d")
+    with pytest.raises(ValueError, match="grid"):
+        wb.bfs(A_RMAT, 0, client=client, partition="2d", grid=(2, 2))
+    with pytest.raises(ValueError, match="alpha"):
+        wb.bfs(A_RMAT, 0, client=client, alpha=0)
+    with pytest.raises(TypeError, match="graph"):
+        wb.bfs(np.ones((3, 3)), 0, client=client)
+    with pytest.raises(ValueError, match="n_roots"):
+        wb.graph500(8, n_roots=0, client=client)
+    # a distributed graph without a symmetry flag is checked on the workers
+    D = wb.distribute(sp.csr_matrix(np.triu(np.ones((6, 6)), 1)), client=client)
+    with pytest.raises(ValueError, match="symmetric"):
+        wb.bfs(D, 0, client=client)
+    S = wb.distribute(wb.data.grid_graph((3, 3)), client=client)
+    assert wb.bfs(S, 0, client=client).level.max() == 4 and S.symmetric is True
