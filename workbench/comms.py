@@ -47,6 +47,8 @@ __all__ = [
     "run_spmd",
     "spmd",
     "ensure_registered",
+    "split_results",
+    "wait_group",
     "DEFAULT_TIMEOUT",
 ]
 
@@ -539,6 +541,23 @@ def _abort_group(futures: _SPMDFutures, reason: str) -> None:
             client.run(_abort, futures.group, reason, workers=targets)
         except Exception:
             pass
+
+
+def split_results(futures: _SPMDFutures) -> tuple[list, list]:
+    """For ranks that return ``(block, info)``: the blocks as futures left on
+    the rank's worker (the data stays distributed) and the small infos gathered.
+
+    Examples
+    --------
+    >>> futs = run_spmd(fn, rank_args, client=client)        # doctest: +SKIP
+    >>> wait_group(futs)                                      # doctest: +SKIP
+    >>> blocks, infos = split_results(futs)                   # doctest: +SKIP
+    """
+    client = futures.client
+    pairs = list(zip(futures, futures.addresses, strict=True))
+    blocks = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in pairs]
+    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False) for f, a in pairs])
+    return blocks, infos
 
 
 def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,

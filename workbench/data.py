@@ -191,11 +191,7 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     futs = comms.run_spmd(_rmat_rank, rank_blocks, scale, edgefactor, seed, offsets, client=client,
                           workers=addrs, name="rmat")
     comms.wait_group(futs)
-    import operator
-
-    parts = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in zip(futs, addrs, strict=True)]
-    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False)
-                           for f, a in zip(futs, addrs, strict=True)])
+    parts, infos = comms.split_results(futs)
     return RowBlocks(parts, offsets, (n, n), np.dtype(np.float64), addrs, kind="csr",
                      nnz=sum(i["nnz"] for i in infos), symmetric=True,
                      meta={"generator": "graph500", "scale": scale, "edgefactor": edgefactor, "seed": seed,

@@ -41,7 +41,6 @@ True
 from __future__ import annotations
 
 import math
-import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -534,10 +533,7 @@ def _prepare(G: Any, client: Any, layout: _Layout) -> list:
         futs = comms.run_spmd(_prepare_rank, _rank_sources(G), src, layout, identity, client=client,
                               workers=layout.workers, name="bfs-prepare")
         comms.wait_group(futs)
-        parts = [client.submit(operator.getitem, f, 0, workers=[a], pure=False)
-                 for f, a in zip(futs, layout.workers, strict=True)]
-        infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False)
-                               for f, a in zip(futs, layout.workers, strict=True)])
+        parts, infos = comms.split_results(futs)
         rec = cache[layout.shape] = _Prepared(parts, layout, time.perf_counter() - t0,
                                               sum(i["bytes_sent"] for i in infos))
     return rec.futures

@@ -481,10 +481,7 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     rank_args, workers = _place_input(client, x, plan, native, addrs[:P] if P <= len(addrs) else addrs)
     futs = comms.run_spmd(_fft_rank, rank_args, plan, client=client, workers=workers, name=f"fft-{kind}")
     comms.wait_group(futs)
-    blocks = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in zip(futs, workers,
-                                                                                             strict=True)]
-    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False)
-                           for f, a in zip(futs, workers, strict=True)])
+    blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     out = _assemble_output(blocks, plan)
     for i, a in zip(infos, workers, strict=True):

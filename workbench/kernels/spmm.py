@@ -112,10 +112,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     futs = comms.run_spmd(_spmm_rank, rank_args, lay, plan["algorithm"], plan["check_finite"], seed,
                           client=client, workers=lay.workers, name=f"spmm-{plan['algorithm']}")
     comms.wait_group(futs)
-    blocks = [client.submit(operator.getitem, f, 0, workers=[a], pure=False)
-              for f, a in zip(futs, lay.workers, strict=True)]
-    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False)
-                           for f, a in zip(futs, lay.workers, strict=True)])
+    blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     C = _as_dask_array(blocks, lay, plan["dtype"])
     if not return_stats:
@@ -164,9 +161,7 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool = False) ->
     futs = comms.run_spmd(_spgemm_rank, [(a, b) for a, b in zip(Ad.parts, Bd.parts, strict=True)], lay,
                           plan["check_finite"], client=client, workers=workers, name="spgemm")
     comms.wait_group(futs)
-    parts = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in zip(futs, workers, strict=True)]
-    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False)
-                           for f, a in zip(futs, workers, strict=True)])
+    parts, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     nnz = sum(i["nnz"] for i in infos)
     out = SparseResult(parts, np.asarray(Ad.offsets), (A.shape[0], B.shape[1]), plan["dtype"], workers,

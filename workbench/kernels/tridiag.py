@@ -641,10 +641,8 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
            "h": spec.h, "mode": mode}
     rank_args = [(parts[r], int(offs[r]), int(offs[r + 1]), blocks[r][0], blocks[r][1]) for r in range(P)]
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}")
-    xf = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in zip(futs, addrs, strict=True)]
-    inf = [client.submit(operator.getitem, f, 1, workers=[a], pure=False) for f, a in zip(futs, addrs, strict=True)]
     comms.wait_group(futs)
-    infos = client.gather(inf)
+    xf, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     R, V = spec.R, spec.V
     X = da.concatenate([da.from_delayed(dask.delayed(xf[r]), shape=(int(offs[r + 1] - offs[r]), R, V),
