@@ -128,3 +128,49 @@ def test_killed_worker_fails_fast_and_group_reruns(tmp_path):
     os.remove(marker)
     with cluster("cpu", n_workers=2, quiet=True) as client:
         assert comms.spmd(_die_once, [marker, marker], client=client, retries=2) == [2, 2]
+
+
+def _large_payloads(comm, n):
+    """Payloads over the same-host threshold: alltoall (distinct per peer), bcast
+    (one object, several peers), a non-contiguous array and a sparse matrix."""
+    import scipy.sparse as sp
+
+    parts = [np.full(n, 100 * comm.rank + d, dtype=np.float64) for d in range(comm.size)]
+    got = comm.alltoall(parts)
+    for p in parts:
+        p[:] = -1  # the caller owns its buffers again once the send returned
+    big = comm.bcast(np.arange(n, dtype=np.int64) if comm.rank == 0 else None, root=0)
+    strided = comm.allgather(np.arange(2 * n, dtype=np.float32)[::2] + comm.rank)
+    A = comm.bcast(sp.random(2000, 2000, density=0.05, format="csr", random_state=1) if comm.rank == 0 else None)
+    return {"a2a": [float(g[0]) for g in got] + [float(g[-1]) for g in got], "big_ok": bool((big == np.arange(n)).all()),
+            "strided": [float(s[1]) for s in strided], "A_nnz": A.nnz, "A_sum": float(A.sum()),
+            "writable": bool(got[-1].flags.writeable), "pulled": comm.stats["bytes_pulled"]}
+
+
+@pytest.mark.parametrize("n_ranks", [2, 3])
+def test_large_payloads_same_host(client4, n_ranks):
+    import scipy.sparse as sp
+
+    addrs = worker_addresses(client4)[:n_ranks]
+    n = 1 << 18  # 2 MiB of float64: over the pull threshold
+    res = comms.spmd(_large_payloads, [n] * n_ranks, client=client4, workers=addrs)
+    A = sp.random(2000, 2000, density=0.05, format="csr", random_state=1)
+    for r, out in enumerate(res):
+        # its own part is its own (overwritten) buffer; the peers' parts are copies
+        assert out["a2a"] == [-1.0 if s == r else 100.0 * s + r for s in range(n_ranks)] * 2
+        assert out["big_ok"] and out["writable"]
+        assert out["strided"] == [2.0 + s for s in range(n_ranks)]
+        assert out["A_nnz"] == A.nnz and out["A_sum"] == pytest.approx(A.sum())
+    if comms._READV is not None:  # Linux with cross-memory attach allowed: the bytes did not cross a socket
+        assert sum(out["pulled"] for out in res) > 0
+
+
+def test_parcel_roundtrip_in_process():
+    if comms._READV is None or not comms._can_pull(os.getpid(), int(comms._PROBE.ctypes.data)):
+        pytest.skip("cross-memory attach not available here")
+    obj = {"x": np.arange(300_000, dtype=np.float64).reshape(600, 500), "y": (np.ones(3, np.int8), "tag")}
+    parcel, out = comms._Parcel.pack(obj, "k", "tcp://nowhere:1", 1)
+    back = parcel.pull()
+    np.testing.assert_array_equal(back["x"], obj["x"])
+    assert back["y"][1] == "tag" and back["x"].flags.writeable
+    assert comms._Parcel.pack({"tiny": np.ones(4)}, "k2", "tcp://nowhere:1", 1) is None

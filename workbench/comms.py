@@ -9,6 +9,17 @@ cuGraph/cuML, built on distributed's connection pool instead of NCCL/UCX-p2p
 (on dask-cuda clusters with ``protocol="ucx"`` the same calls ride UCX, and
 cupy payloads go through distributed's CUDA serializers).
 
+Peers on the same host skip the socket for large payloads: the message carries
+only the payload's layout (pickle protocol 5, buffers out of band) and the
+receiver copies the buffers straight out of the sender's memory with Linux
+cross-memory attach (``process_vm_readv``), as MPI's and UCX's CMA transports
+do: one copy instead of a trip through two socket buffers.  The sender's
+``send`` returns once the receiver holds its copy, so the sender may reuse its
+buffer at once.  Each group tests the access at start and falls back to the
+socket where it is not allowed.  ``WORKBENCH_COMMS_CMA=0`` turns it off;
+``WORKBENCH_COMMS_CMA_MIN`` (bytes, default 1 MiB) sets the size from which it
+is used.  Device (cupy) payloads always take the normal path.
+
 Every wait has a timeout; a peer that fails broadcasts an abort so the rest of
 the group fails fast, and the client-side launcher aborts the group when one of
 its workers leaves the cluster.  Groups are reruns-from-inputs safe: nothing is
@@ -28,8 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import operator
 import os
+import pickle
+import socket
+import sys
 import threading
 import time
 import uuid
@@ -57,6 +72,9 @@ __all__ = [
 DEFAULT_TIMEOUT = float(os.environ.get("WORKBENCH_COMMS_TIMEOUT", "600"))
 
 _PLUGIN_NAME = "workbench-comms"
+
+_CMA_ON = os.environ.get("WORKBENCH_COMMS_CMA", "1") != "0"
+_CMA_MIN = int(os.environ.get("WORKBENCH_COMMS_CMA_MIN", str(1 << 20)))
 
 
 class CommsError(RuntimeError):
@@ -144,8 +162,15 @@ def _freeze(tag: Any) -> Any:
 
 
 def _install_handlers(worker: Any) -> None:
-    worker.handlers.setdefault("wb_comms_deliver", _deliver)
+    async def deliver(group: str, src: int, tag: Any, payload: Any = None) -> str:
+        if isinstance(payload, _Parcel):
+            await _pull_and_deliver(worker, group, src, tag, payload)
+            return "OK"
+        return _deliver(group, src, tag, payload)
+
+    worker.handlers.setdefault("wb_comms_deliver", deliver)
     worker.handlers.setdefault("wb_comms_abort", _abort)
+    worker.handlers.setdefault("wb_comms_pulled", _pulled)
 
 
 class _CommsPlugin:
@@ -170,6 +195,177 @@ def ensure_registered(client: Any) -> None:
     plugin_cls = type("WorkbenchCommsPlugin", (_CommsPlugin, WorkerPlugin), {})
     client.register_plugin(plugin_cls(), name=_PLUGIN_NAME)
     client._workbench_comms = True
+
+
+# --------------------------------------------------------------------------
+# Same-host transport: the receiver pulls large payloads from the sender's
+# memory (cross-memory attach)
+# --------------------------------------------------------------------------
+
+
+class _IOVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def _load_readv() -> Any:
+    if not _CMA_ON or not sys.platform.startswith("linux"):
+        return None
+    try:
+        f = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
+                  ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
+    f.restype = ctypes.c_ssize_t
+    return f
+
+
+_READV = _load_readv()
+_PROBE = np.array([0x5742_434D_4150_524F], dtype=np.uint64)  # what a peer reads to test access
+_PULL_OK: set[int] = set()           # pids this process has read from
+_OUTBOX: dict[str, _Outgoing] = {}   # payloads waiting for their receivers to pull them
+_OUTBOX_LOCK = threading.Lock()
+_PULL_POOL: Any = None
+_ALIGN = 64
+
+
+def _host_identity() -> tuple | None:
+    """(host, pid namespace, pid, probe address), or None without CMA."""
+    if _READV is None:
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return (f"{socket.gethostname()}|{boot}|{pidns}", os.getpid(), int(_PROBE.ctypes.data))
+
+
+def _read_remote(pid: int, spans: Sequence[tuple[int, int]], dest: np.ndarray, offsets: Sequence[int]) -> None:
+    """Copy the remote ``(address, nbytes)`` spans of ``pid`` into ``dest`` (uint8) at ``offsets``."""
+    base = dest.ctypes.data
+    for (addr, n), off in zip(spans, offsets, strict=True):
+        done = 0
+        while done < n:
+            step = min(n - done, 1 << 30)
+            local = _IOVec(base + off + done, step)
+            remote = _IOVec(addr + done, step)
+            got = _READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            if got <= 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
+            done += got
+
+
+def _can_pull(pid: int, probe: int) -> bool:
+    if pid in _PULL_OK:
+        return True
+    got = np.zeros(1, np.uint64)
+    try:
+        _read_remote(pid, [(probe, 8)], got.view(np.uint8), [0])
+    except OSError:
+        return False
+    if got[0] != _PROBE[0]:
+        return False
+    _PULL_OK.add(pid)
+    return True
+
+
+def _host_only(obj: Any, depth: int = 0) -> bool:
+    """True when ``obj`` is made of host arrays, scalars and containers only."""
+    if depth > 8:
+        return False
+    if obj is None or isinstance(obj, bool | int | float | complex | str | bytes | np.generic):
+        return True
+    if isinstance(obj, np.ndarray):
+        return obj.dtype != object
+    if isinstance(obj, list | tuple):
+        return all(_host_only(o, depth + 1) for o in obj)
+    if isinstance(obj, dict):
+        return all(_host_only(k, depth + 1) and _host_only(v, depth + 1) for k, v in obj.items())
+    if (type(obj).__module__ or "").startswith("scipy.sparse"):
+        return isinstance(getattr(obj, "data", None), np.ndarray)
+    return False
+
+
+def _offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
+    offs, end = [], 0
+    for n in sizes:
+        end = -(-end // _ALIGN) * _ALIGN
+        offs.append(end)
+        end += n
+    return offs, end
+
+
+class _Outgoing:
+    """A payload kept alive until every receiver has pulled it."""
+
+    def __init__(self, buffers: list, receivers: int) -> None:
+        self.buffers = buffers
+        self.receivers = self.pending = receivers
+        self.failed: list[str] = []   # addresses that could not pull
+        self.done = threading.Event()
+
+
+class _Parcel:
+    """What travels on the socket instead of a large same-host payload."""
+
+    def __init__(self, key: str, sender: str, pid: int, head: bytes, spans: list[tuple[int, int]]) -> None:
+        self.key, self.sender, self.pid, self.head, self.spans = key, sender, pid, head, spans
+
+    @classmethod
+    def pack(cls, obj: Any, key: str, sender: str, receivers: int) -> tuple[_Parcel, _Outgoing] | None:
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        try:
+            raws = [b.raw() for b in buffers]
+        except BufferError:
+            return None
+        if sum(r.nbytes for r in raws) < _CMA_MIN:
+            return None
+        spans = [(int(np.frombuffer(r, np.uint8).ctypes.data), r.nbytes) for r in raws]
+        return cls(key, sender, os.getpid(), head, spans), _Outgoing(raws, receivers)
+
+    def pull(self) -> Any:
+        offs, total = _offsets([n for _, n in self.spans])
+        dest = np.empty(total, np.uint8)
+        _read_remote(self.pid, self.spans, dest, offs)
+        return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
+
+
+async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel: _Parcel) -> None:
+    global _PULL_POOL
+    error = None
+    if _POST.box(group) is not None:
+        if _PULL_POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _PULL_POOL = ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
+        try:
+            obj = await asyncio.get_running_loop().run_in_executor(_PULL_POOL, parcel.pull)
+        except Exception as e:  # the sender falls back to the socket
+            error = f"{e.__class__.__name__}: {e}"
+        else:
+            _deliver(group, src, tag, obj)
+    try:
+        await worker.rpc(parcel.sender).wb_comms_pulled(key=parcel.key, receiver=worker.address,
+                                                        error=error, reply=False)
+    except OSError:
+        pass  # the sender is gone; its group has failed anyway
+
+
+def _pulled(key: str, receiver: str, error: str | None = None) -> str:
+    with _OUTBOX_LOCK:
+        out = _OUTBOX.get(key)
+        if out is None:
+            return "OK"
+        if error is not None:
+            out.failed.append(receiver)
+        out.pending -= 1
+        if out.pending <= 0:
+            out.done.set()
+    return "OK"
 
 
 # --------------------------------------------------------------------------
@@ -203,8 +399,10 @@ class Comm:
     rank, size : int
         This rank and the number of ranks.
     stats : dict
-        ``bytes_sent``, ``messages_sent``, ``seconds_waiting`` (time blocked
-        in receives), accumulated over the group's life.
+        ``bytes_sent``, ``messages_sent``, ``bytes_pulled`` (the part that
+        same-host peers copied out of this process's memory),
+        ``seconds_waiting`` (time blocked in receives), accumulated over the
+        group's life.
 
     Collectives must be called by every rank of the (sub-)communicator in the
     same order.  Payloads are numpy/cupy arrays or any picklable object.
@@ -228,8 +426,9 @@ class Comm:
         self._worker = get_worker()
         self._loop = self._worker.loop.asyncio_loop
         self._box = _POST.box(group)
+        self._pull_peers: set[int] = set()  # global ranks that can pull from this process
         self.stats = _stats if _stats is not None else {"bytes_sent": 0, "messages_sent": 0,
-                                                       "seconds_waiting": 0.0}
+                                                       "bytes_pulled": 0, "seconds_waiting": 0.0}
 
     # ---- point to point -------------------------------------------------
 
@@ -336,22 +535,62 @@ class Comm:
     def _send_many(self, items: list[tuple[int, Any]], tag: tuple) -> None:
         if not items:
             return
-        remote = []
+        remote: list[tuple[str, Any]] = []
+        by_pull: dict[int, tuple[Any, list[str]]] = {}  # id(obj) -> (obj, receiver addresses)
         for dst, obj in items:
             if not 0 <= dst < self.size:
                 raise ValueError(f"rank {dst} out of range for a group of {self.size}")
             if dst == self.rank:
                 _deliver(self.group, self._global_rank, tag, obj)
+                continue
+            g = self._ranks[dst]
+            size = nbytes(obj)
+            self.stats["bytes_sent"] += size
+            self.stats["messages_sent"] += 1
+            if g in self._pull_peers and size >= _CMA_MIN and _host_only(obj):
+                by_pull.setdefault(id(obj), (obj, []))[1].append(self._addresses[g])
             else:
-                remote.append((self._addresses[self._ranks[dst]], obj))
-                self.stats["bytes_sent"] += nbytes(obj)
-                self.stats["messages_sent"] += 1
-        if not remote:
+                remote.append((self._addresses[g], obj))
+        if not remote and not by_pull:
             return
         self._check_abort()
+        outgoing = []
+        for obj, addrs in by_pull.values():  # the same object to several peers is packed once
+            key = f"{self.group}-{uuid.uuid4().hex}"
+            packed = _Parcel.pack(obj, key, self._worker.address, len(addrs))
+            if packed is None:
+                remote += [(a, obj) for a in addrs]
+                continue
+            parcel, out = packed
+            with _OUTBOX_LOCK:
+                _OUTBOX[key] = out
+            outgoing.append((key, out, obj))
+            remote += [(a, parcel) for a in addrs]
+        deadline = time.monotonic() + self.timeout
+        try:
+            self._post(remote, tag, deadline)
+            fallback = []
+            for _key, out, obj in outgoing:
+                # MPI semantics: the buffer is the caller's again once send returns
+                if not out.done.wait(max(0.0, deadline - time.monotonic())):
+                    raise CommsTimeoutError(f"rank {self.rank} of group {self.group}: a peer did not pull "
+                                            f"a {nbytes(obj)}-byte message within {self.timeout:.0f}s")
+                fallback += [(a, obj) for a in out.failed]
+                self.stats["bytes_pulled"] += nbytes(obj) * (out.receivers - len(out.failed))
+            if fallback:
+                self._pull_peers -= {self._addresses.index(a) for a, _ in fallback}
+                self._post(fallback, tag, deadline)
+        finally:
+            with _OUTBOX_LOCK:
+                for key, _, _ in outgoing:
+                    _OUTBOX.pop(key, None)
+
+    def _post(self, remote: list[tuple[str, Any]], tag: tuple, deadline: float) -> None:
+        if not remote:
+            return
         fut = asyncio.run_coroutine_threadsafe(self._asend(remote, tag), self._loop)
         try:
-            fut.result(timeout=self.timeout)
+            fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except TimeoutError as e:
             fut.cancel()
             raise CommsTimeoutError(
@@ -444,7 +683,8 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
     secede()
     comm = Comm(group, rank, addresses, timeout)
     try:
-        comm.barrier()  # all ranks alive before any real traffic
+        comm._pull_peers = _pull_peers(comm)  # also the barrier: all ranks alive before real traffic
+        comm.stats.update(bytes_sent=0, messages_sent=0)  # count the kernel's traffic only
         out = fn(comm, rank_arg, *args, **kwargs)
         return out
     except PeerFailedError:
@@ -454,6 +694,22 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
         raise
     finally:
         _POST.close(group)
+
+
+def _pull_peers(comm: Comm) -> set[int]:
+    """Ranks that can copy straight out of this rank's memory (same host, access allowed)."""
+    me = _host_identity()
+    table = comm.allgather((me, sorted(_PULL_OK)))
+    near = [] if me is None else [r for r, (ident, _) in enumerate(table)
+                                   if r != comm.rank and ident is not None and ident[0] == me[0]]
+    # a second round only when some same-host pair has not been tried by both
+    # processes yet (decided from the table alone, so every rank takes it or not)
+    pairs = [(a, b) for a, (ia, _) in enumerate(table) for b, (ib, _) in enumerate(table)
+             if a != b and ia is not None and ib is not None and ia[0] == ib[0]]
+    if all(table[a][0][1] in table[b][1] for a, b in pairs):
+        return set(near)
+    can = comm.allgather([r for r in near if _can_pull(table[r][0][1], table[r][0][2])])
+    return {r for r in near if comm.rank in can[r]}
 
 
 def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
