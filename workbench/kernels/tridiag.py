@@ -100,8 +100,14 @@ __all__ = [
 #: Sixth-order compact first derivative (Lele 1992): alpha, a, b.
 COMPACT6 = (1.0 / 3.0, 14.0 / 9.0, 1.0 / 9.0)
 
-#: Rows per sub-block the grid aims for (a tile of sub-block x batch fits L2).
+#: Rows per sub-block the grid aims for: one system's sub-blocks are swept
+#: interleaved (ILP), so long ones keep the reduced system small; a batch's
+#: sub-blocks are swept over wide tiles of systems, so short ones keep a tile
+#: (sub-block x systems x four inputs) in cache between the two sweeps.
 _BLOCK_ROWS = 512
+_BLOCK_ROWS_BATCH = 64
+#: Systems per tile of a batch sweep: wide rows stream (prefetch, few TLB misses).
+_TILE_SYSTEMS = 1024
 #: Truncate the reduced system when every dropped coupling is below this.
 _TRUNC_TOL = 2.0 ** -53
 #: Scale for the finiteness accumulator: large finite entries must not overflow it.
@@ -110,18 +116,22 @@ _REDUCED = ("auto", "exact", "truncated")
 _ENGINES = ("auto", "numba", "array")
 
 
-def block_grid(n: int) -> np.ndarray:
+def block_grid(n: int, batch: int = 1) -> np.ndarray:
     """Sub-block offsets of a line of ``n`` rows (independent of the worker count).
 
-    ``K = 12 * ceil(n / (12 * 512))`` sub-blocks for ``n >= 24`` (so 1, 2, 3, 4,
-    6 and 12 workers get equal shares), ``n // 2`` below that.
+    ``K = 12 * ceil(n / (12 * L))`` sub-blocks for ``n >= 24`` (so 1, 2, 3, 4,
+    6 and 12 workers get equal shares), ``n // 2`` below that; ``L = 512``
+    rows for one system (or a few), ``L = 64`` for a batch of 8 or more.
 
     Examples
     --------
     >>> block_grid(4096)[:3]
     array([  0, 342, 684])
+    >>> block_grid(4096, batch=16384)[:3]
+    array([ 0, 57, 114])
     """
-    k = 12 * max(1, -(-n // (12 * _BLOCK_ROWS))) if n >= 24 else max(1, n // 2)
+    rows = _BLOCK_ROWS_BATCH if batch >= 8 else _BLOCK_ROWS
+    k = 12 * max(1, -(-n // (12 * rows))) if n >= 24 else max(1, n // 2)
     return block_offsets(n, k)
 
 
@@ -279,7 +289,7 @@ def distribute_system(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = Fals
         raise TypeError("distribute_system takes host arrays")
     client = default_client(client)
     addrs = _addresses(client)
-    offs = _rank_offsets(spec.n, len(addrs))
+    offs = _rank_offsets(spec.n, len(addrs), spec.V)
     dlf, duf = _pad_host(spec.dl, spec.du, spec.n, periodic)
     lm = _line_major_host
     arrays = (lm(dlf, spec.batched), lm(spec.d, spec.batched), lm(duf, spec.batched),
@@ -313,7 +323,7 @@ def random_system(n: int, batch: int | None = None, *, nrhs: int | None = None, 
         raise ValueError(f"batch must be a positive int or None, got {batch!r}")
     client = default_client(client)
     addrs = _addresses(client)
-    offs = _rank_offsets(int(n), len(addrs))
+    offs = _rank_offsets(int(n), len(addrs), 1 if batch is None else int(batch))
     futs = comms.run_spmd(_random_rank, [(int(offs[r]), int(offs[r + 1])) for r in range(len(addrs))],
                           batch, nrhs, float(dominance), int(seed), client=client, workers=addrs,
                           name="tridiag-random")
@@ -543,8 +553,8 @@ def _validate_compact(f: Any, h: Any, order: Any, periodic: Any, reduced: Any, e
 # --------------------------------------------------------------------------
 
 
-def _rank_offsets(n: int, P: int) -> np.ndarray:
-    grid = block_grid(n)
+def _rank_offsets(n: int, P: int, batch: int = 1) -> np.ndarray:
+    grid = block_grid(n, batch)
     return grid[block_offsets(len(grid) - 1, P)]
 
 
@@ -579,7 +589,7 @@ def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str]]:
         return [tuple(p[r] for p in parts) for r in range(len(spec.b.parts))], np.asarray(spec.b.offsets), \
             list(spec.b.workers)
     addrs = _addresses(client)
-    offs = _rank_offsets(spec.n, len(addrs))
+    offs = _rank_offsets(spec.n, len(addrs), spec.V)
     arrays = [spec.b] if spec.compact else [spec.dl, spec.d, spec.du, spec.b]
     out = []
     if spec.source == "host":
@@ -624,7 +634,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     t0 = time.perf_counter()
     parts, offs, addrs = _place(spec, client)
     P = len(addrs)
-    grid = block_grid(spec.n)
+    grid = block_grid(spec.n, spec.V)
     blocks = [_sub_blocks(int(offs[r]), int(offs[r + 1]), grid) for r in range(P)]
     if spec.reduced == "truncated" and any((ln < 2).any() for _, ln in blocks):
         raise ValueError("reduced='truncated' needs every sub-block to have >= 2 rows; use 'exact' or 'auto'")
@@ -967,12 +977,16 @@ def _tiles(V: int, L: int) -> tuple[int, int]:
     """(sub-blocks interleaved, batch tile): ILP across sub-blocks for one system,
     SIMD across systems for batches; the tile's four inputs fit in L2."""
     if V >= 8:
-        vt = max(8, (384 * 1024) // max(1, 32 * L) // 8 * 8)
-        return 1, min(V, vt)
+        return 1, min(V, _TILE_SYSTEMS)
     return 16, V
 
 
 def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
+    if use_numba and d.shape[1] == 1:
+        chk = np.zeros(lens.size)
+        _numba_kernels()["reduce1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens, rows0),
+                                    RA[:, 0], RC[:, 0], RD[:, :, 0], chk)
+        return chk
     if use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         chk = np.zeros(lens.size)
@@ -982,7 +996,10 @@ def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
 
 
 def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
-    if use_numba:
+    if use_numba and d.shape[1] == 1:
+        _numba_kernels()["expand1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens),
+                                    *_c(Y0[:, :, 0], Y1[:, :, 0]), x[:, :, 0])
+    elif use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
     else:
@@ -1093,6 +1110,7 @@ def _numba_kernels() -> dict:
 
     # inputs are typed read-only (scattered arrays arrive read-only; writable ones convert for free)
     r2, r3 = t.Array(t.float64, 2, "C", readonly=True), t.Array(t.float64, 3, "C", readonly=True)
+    r1 = t.Array(t.float64, 1, "C", readonly=True)
     ri = t.Array(t.int64, 1, "C", readonly=True)
     w1, w2, w3 = t.Array(t.float64, 1, "C"), t.Array(t.float64, 2, "C"), t.Array(t.float64, 3, "C")
 
@@ -1271,5 +1289,102 @@ def _numba_kernels() -> dict:
             for i in range(n - 2, -1, -1):
                 x[k, i] -= cp[i] * x[k, i + 1]
 
-    _NUMBA.update(reduce=reduce_kernel, expand=expand_kernel, thomas=thomas_kernel)
+    @jit(r1, r1, r1, r2, ri, ri, ri, w1, w1, w2, w1)
+    def reduce1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
+        S = starts.size
+        R = b.shape[1]
+        dn = np.empty(R)
+        up = np.empty(R)
+        # one system: each sub-block's downward and upward sweeps run in one loop
+        # (two independent dependency chains); same arithmetic as reduce_kernel
+        for s in range(S):
+            L = lens[s]
+            i0 = starts[s]
+            acc = 0.0
+            da = dc = ua = uc = 0.0
+            for j in range(L):
+                # downward row i (x_first, x_i, x_{i+1}) and upward row k (x_{k-1}, x_k, x_last): independent chains
+                i = i0 + j
+                a = dl[i]
+                c = du[i]
+                dd = d[i]
+                if j < 2:
+                    inv = 1.0 / dd
+                    da = a * inv
+                    for q in range(R):
+                        dn[q] = b[i, q] * inv
+                else:
+                    inv = 1.0 / (dd - a * dc)
+                    da = -a * da * inv
+                    for q in range(R):
+                        dn[q] = (b[i, q] - a * dn[q]) * inv
+                dc = c * inv
+                tt = abs(a) + abs(c) + abs(dd) + abs(inv)
+                for q in range(R):
+                    tt += abs(b[i, q])
+                acc += tt * 8.271806125530277e-25
+                if L >= 2:
+                    k = i0 + L - 1 - j
+                    a2 = dl[k]
+                    c2 = du[k]
+                    if j < 2:
+                        inv2 = 1.0 / d[k]
+                        uc = c2 * inv2
+                        for q in range(R):
+                            up[q] = b[k, q] * inv2
+                    else:
+                        inv2 = 1.0 / (d[k] - c2 * ua)
+                        uc = -c2 * uc * inv2
+                        for q in range(R):
+                            up[q] = (b[k, q] - c2 * up[q]) * inv2
+                        acc += abs(inv2) * 8.271806125530277e-25
+                    ua = a2 * inv2
+            r = rows0[s]
+            if L >= 2:
+                RA[r] = ua
+                RC[r] = uc
+                for q in range(R):
+                    RD[r, q] = up[q]
+                r += 1
+            RA[r] = da
+            RC[r] = dc
+            for q in range(R):
+                RD[r, q] = dn[q]
+            chk[s] = acc
+
+    @jit(r1, r1, r1, r2, ri, ri, r2, r2, w2)
+    def expand1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
+        S = starts.size
+        R = b.shape[1]
+        Lmax = 1
+        for s in range(S):
+            Lmax = max(Lmax, lens[s])
+        cs = np.empty(Lmax)
+        for s in range(S):
+            L = lens[s]
+            i0 = starts[s]
+            i1 = i0 + L - 1
+            for q in range(R):
+                x[i0, q] = Y0[s, q]
+                x[i1, q] = Y1[s, q]
+            prev = 0.0
+            for j in range(1, L - 1):
+                i = i0 + j
+                piv = d[i] if j == 1 else d[i] - dl[i] * prev
+                inv = 1.0 / piv
+                last = j == L - 2
+                prev = 0.0 if last else du[i] * inv
+                cs[j] = prev
+                for q in range(R):
+                    tq = b[i, q] - dl[i] * x[i - 1, q]
+                    if last:
+                        tq -= du[i] * x[i + 1, q]
+                    x[i, q] = tq * inv
+            for j in range(L - 3, 0, -1):
+                i = i0 + j
+                for q in range(R):
+                    x[i, q] -= cs[j] * x[i + 1, q]
+
+    _NUMBA.update(reduce=reduce_kernel, expand=expand_kernel, reduce1=reduce1_kernel, expand1=expand1_kernel,
+                  thomas=thomas_kernel)
     return _NUMBA
