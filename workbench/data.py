@@ -189,7 +189,7 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     offsets = block_offsets(n, P)
     rank_blocks = [list(range(r, n_blocks, P)) for r in range(P)]
     futs = comms.run_spmd(_rmat_rank, rank_blocks, scale, edgefactor, seed, offsets, client=client,
-                          workers=addrs, name="rmat")
+                          workers=addrs, name="rmat", publish_info=True)
     comms.wait_group(futs)
     parts, infos = comms.split_results(futs)
     return RowBlocks(parts, offsets, (n, n), np.dtype(np.float64), addrs, kind="csr",

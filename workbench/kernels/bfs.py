@@ -531,7 +531,7 @@ def _prepare(G: Any, client: Any, layout: _Layout) -> list:
         identity = (src["kind"] == "rows" and layout.C == 1 and np.array_equal(src["roffs"], layout.roffs))
         t0 = time.perf_counter()
         futs = comms.run_spmd(_prepare_rank, _rank_sources(G), src, layout, identity, client=client,
-                              workers=layout.workers, name="bfs-prepare")
+                              workers=layout.workers, name="bfs-prepare", publish_info=True)
         comms.wait_group(futs)
         parts, infos = comms.split_results(futs)
         rec = cache[layout.shape] = _Prepared(parts, layout, time.perf_counter() - t0,

@@ -650,7 +650,8 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
            "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
            "h": spec.h, "mode": mode}
     rank_args = [(parts[r], int(offs[r]), int(offs[r + 1]), blocks[r][0], blocks[r][1]) for r in range(P)]
-    futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}")
+    futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",
+                          publish_info=True)
     comms.wait_group(futs)
     xf, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
