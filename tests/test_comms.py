@@ -142,7 +142,8 @@ def _large_payloads(comm, n):
     big = comm.bcast(np.arange(n, dtype=np.int64) if comm.rank == 0 else None, root=0)
     strided = comm.allgather(np.arange(2 * n, dtype=np.float32)[::2] + comm.rank)
     A = comm.bcast(sp.random(2000, 2000, density=0.05, format="csr", random_state=1) if comm.rank == 0 else None)
-    return {"a2a": [float(g[0]) for g in got] + [float(g[-1]) for g in got], "big_ok": bool((big == np.arange(n)).all()),
+    return {"a2a": [float(g[0]) for g in got] + [float(g[-1]) for g in got],
+            "big_ok": bool((big == np.arange(n)).all()),
             "strided": [float(s[1]) for s in strided], "A_nnz": A.nnz, "A_sum": float(A.sum()),
             "writable": bool(got[-1].flags.writeable), "pulled": comm.stats["bytes_pulled"]}
 
