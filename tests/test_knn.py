@@ -160,9 +160,27 @@ def test_bad_input_types(clients):
 
     with pytest.raises(TypeError, match="unknown parameter"):
         wb.knn_graph(np.ones((5, 2)), 2, client=object(), tile_rows=3)
+    with pytest.raises(TypeError, match="prune must be a bool"):
+        wb.knn_graph(np.ones((5, 2)), 2, exact=True, client=object(), prune=1)
     with pytest.raises(TypeError, match="k must be an int"):
         wb.knn_graph(np.ones((5, 2)), 2.0, client=object())
     X = np.ones((40, 3))
     X[33, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         wb.knn_graph(da.from_array(X, chunks=10), 3, client=clients(2))
+
+
+@pytest.mark.parametrize("n_workers", [2, 3])
+def test_exact_pruning_matches_full_scan(clients, n_workers):
+    # well-separated clusters, an odd size and ragged blocks: pruning must skip
+    # block pairs yet give exactly the unpruned answer (and the brute force)
+    client = clients(n_workers)
+    X = gaussian_mixture(1001, 12, 9, seed=11, spread=30.0)
+    X[500:503] = X[17]                                     # duplicates across ranks
+    a = wb.knn_graph(X, 7, exact=True, client=client, tile_rows=48)
+    b = wb.knn_graph(X, 7, exact=True, client=client, prune=False)
+    assert a.stats["pruned_pairs"] > 0
+    assert a.stats["distance_evaluations"] < b.stats["distance_evaluations"]
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.distances, b.distances)
+    _check_exact(a, X, 7)

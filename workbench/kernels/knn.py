@@ -12,13 +12,20 @@ GPU-Accelerated Systems" (LLNL, 2026) on Dask workers talking through
   lists (the distance matrix is symmetric), and column lists go home to their
   owners.  Every kept candidate's distance is recomputed exactly in float64,
   and a float32 error bound certifies that no discarded point could beat the
-  k-th; uncertified points (near-ties, duplicates) rerun in float64.
+  k-th; uncertified points (near-ties, duplicates) rerun in float64.  With
+  ``prune=True`` (default) each worker orders its points by local k-means
+  cells and cuts them into blocks that never straddle a cell; block pairs are
+  visited nearest first, and a pair whose triangle-inequality lower bound
+  (minus the float32 error bound) exceeds every row and column threshold it
+  could update is skipped -- exactly the pairs the scan would reject, so the
+  result is the same as without pruning.  The scan tests chunks of each tile
+  branch-free, and exact distances are computed once per surviving candidate.
 * **Approximate mode** (default): SOLANET's structure.  A distributed k-means
   (allreduce of centroid sums) gives global cells; each worker builds its local
   kNN graph by brute force inside each cell and its ``n_probe`` nearest cells
   (a cheaper local build than NN-descent); then a binary merge tree: at level
   ``l`` each rank pulls the points and graphs of its partner group, runs a
-  batched greedy graph search (pool ``ef`` ~ 2k) for its points in the
+  batched greedy graph search (pool ``ef`` ~ 3k) for its points in the
   partner's graph, merges the candidates and sends reverse candidates back,
   until ``groups`` groups remain; a final refinement queries every other group.
 
@@ -53,7 +60,7 @@ __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture"
 _METRICS = ("euclidean", "cosine")
 _APPROX_DEFAULTS = {"n_cells": None, "n_probe": 8, "ef": None, "n_entry": 3, "groups": 1, "kmeans_iter": 8,
                     "kmeans_sample": 20000, "reverse": True}
-_EXACT_DEFAULTS = {"margin": None, "tile_rows": 256, "tile_cols": 2048, "engine": "auto"}
+_EXACT_DEFAULTS = {"margin": None, "tile_rows": 256, "tile_cols": 2048, "engine": "auto", "prune": True}
 
 
 @dataclass
@@ -110,10 +117,11 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
         on the worker count in exact mode.
     **params
         Exact mode: ``margin`` (extra candidates kept per point, default
-        ``max(8, k // 2)``), ``tile_rows``, ``tile_cols``, ``engine``
-        ("auto" | "numba" | "xp").  Approximate mode: ``n_cells`` (global
+        ``max(8, k // 2)``), ``tile_rows`` (also the pruning block size),
+        ``tile_cols``, ``engine`` ("auto" | "numba" | "xp"), ``prune``
+        (skip block pairs that provably hold no candidate, True).  Approximate mode: ``n_cells`` (global
         k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (cells searched in
-        the local build, 8), ``ef`` (search pool, default ``2k``), ``n_entry``
+        the local build, 8), ``ef`` (search pool, default ``3k``), ``n_entry``
         (entry points per query, 3), ``groups`` (G: merge until this many
         groups remain, 1), ``kmeans_iter``, ``kmeans_sample``, ``reverse``.
 
@@ -327,6 +335,8 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: d
         v = opts.get(name)
         if name in opts and (not isinstance(v, int | np.integer) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if exact and not isinstance(opts["prune"], bool | np.bool_):
+        raise TypeError(f"prune must be a bool, got {type(opts['prune']).__name__}")
     if exact and opts["engine"] not in ("auto", "numba", "xp"):
         raise ValueError(f"engine must be 'auto', 'numba' or 'xp', got {opts['engine']!r}")
     if not exact and opts["groups"] & (opts["groups"] - 1):
@@ -354,7 +364,7 @@ def _merge_stats(infos: list[dict], seconds: float, n: int, P: int) -> dict:
                              "n_workers": P}
     for key in infos[0]:
         vals = [i[key] for i in infos]
-        if key.endswith("_s") or key == "merge_levels":
+        if (key.endswith("_s") and key != "cpu_s") or key == "merge_levels":
             stats[key] = max(vals)          # phases end at a collective: the slowest rank is the wall time
         elif isinstance(vals[0], int | float | np.integer | np.floating):
             stats[key] = sum(vals)
@@ -400,6 +410,7 @@ def _warm_kernels(dtype: np.dtype) -> None:
     _beam_search(Xc, Xc, adj, np.zeros((40, 1), dtype=np.int64), 6, res_i, np.zeros((40, 3), np.float32))
     dd = _pair_sqdist(X, X, np.arange(40), np.arange(40)[::-1].copy())
     _merge_candidates(ind, np.zeros((40, 3)), np.arange(40), np.arange(40, dtype=np.int64), dd)
+    _row_smallest(np.zeros((2, 3), dtype=np.float32), 2)
     G = np.zeros((2, 2))
     lists = _new_lists(np, 2, 2)
     _scan_kernel(G, G[0], G[0], np.arange(2), np.arange(2), X[:2], X[:2],
@@ -438,7 +449,7 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
     block, offsets = arg
     off = int(offsets[comm.rank])
     xp = namespace(block)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     X, mean = _prepare(comm, block, metric)
     nl, d = X.shape
     m = min(n - 1, k + (opts["margin"] if opts["margin"] is not None else max(8, k // 2)))
@@ -452,36 +463,45 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
     lists = _new_lists(xp, nl, m)
     tq, tb = int(opts["tile_rows"]), int(opts["tile_cols"])
 
-    # step 0: the diagonal block, upper triangle of tiles only
-    for q0 in range(0, nl, tq):
-        q1 = min(nl, q0 + tq)
-        _tile_pass(scan, Xc, xn, X, gids, lists, q0, q1, Xc, xn, X, gids, lists, q0, nl, tb, True, counters)
-
-    # ring steps: the block of rank r+s visits rank r; the last (P even) step splits the pair in halves
     P, r = comm.size, comm.rank
-    for s in range(1, P // 2 + 1):
-        visitor = comm.sendrecv((X, off), dst=(r - s) % P, src=(r + s) % P, tag=("ring", s))
-        Y, yoff = visitor
-        ny = Y.shape[0]
-        Yc, yn = _centred(Y, mean, np.float32)
-        ygids = xp.arange(yoff, yoff + ny, dtype=xp.int64)
-        cl = _new_lists(xp, ny, m)
-        rows, cols = (0, nl), (0, ny)
-        if 2 * s == P:
-            if r < P // 2:
-                cols = (0, ny // 2)          # the visitor's first half ...
-            else:
-                rows = (nl // 2, nl)         # ... and our second half: together the whole pair, once
-        for q0 in range(rows[0], rows[1], tq):
-            q1 = min(rows[1], q0 + tq)
-            _tile_pass(scan, Xc, xn, X, gids, lists, q0, q1, Yc, yn, Y, ygids, cl, cols[0], cols[1], tb, False,
-                       counters)
-        back = comm.sendrecv(cl, dst=(r + s) % P, src=(r - s) % P, tag=("cols", s))
-        _merge_lists(lists, back)
+    if opts["prune"]:
+        lists, xn_rows, perm = _pruned_scan(comm, scan, X, Xc, xn, off, mean, m, nmax, tq, seed, counters)
+    else:
+        xn_rows, perm = xn, None
+        # step 0: the diagonal block, upper triangle of tiles only
+        for q0 in range(0, nl, tq):
+            q1 = min(nl, q0 + tq)
+            _tile_pass(scan, Xc, xn, X, gids, lists, q0, q1, Xc, xn, X, gids, lists, q0, nl, tb, True, counters)
+        _fill_exact(lists, X, X, off)
+
+        # ring steps: the block of rank r+s visits rank r; the last (P even) step splits the pair in halves
+        for s in range(1, P // 2 + 1):
+            visitor = comm.sendrecv((X, off), dst=(r - s) % P, src=(r + s) % P, tag=("ring", s))
+            Y, yoff = visitor
+            ny = Y.shape[0]
+            Yc, yn = _centred(Y, mean, np.float32)
+            ygids = xp.arange(yoff, yoff + ny, dtype=xp.int64)
+            cl = _new_lists(xp, ny, m)
+            rows, cols = (0, nl), (0, ny)
+            if 2 * s == P:
+                if r < P // 2:
+                    cols = (0, ny // 2)          # the visitor's first half ...
+                else:
+                    rows = (nl // 2, nl)         # ... and our second half: together the whole pair, once
+            for q0 in range(rows[0], rows[1], tq):
+                q1 = min(rows[1], q0 + tq)
+                _tile_pass(scan, Xc, xn, X, gids, lists, q0, q1, Yc, yn, Y, ygids, cl, cols[0], cols[1], tb, False,
+                           counters)
+            _fill_exact(lists, X, Y, yoff)
+            _fill_exact(cl, Y, X, off)
+            back = comm.sendrecv(cl, dst=(r + s) % P, src=(r - s) % P, tag=("cols", s))
+            _merge_lists(lists, back)
     t_scan = time.perf_counter() - t0
 
     # certify: nothing outside the kept m can beat the k-th exact distance
-    idx, d2, ok = _finalize(lists, k, m, xn, nmax, d, np.float32, n)
+    idx, d2, ok = _finalize(lists, k, m, xn_rows, nmax, d, np.float32, n)
+    if perm is not None:                    # back from cell order to the input order
+        idx, d2, ok = _unpermute(perm, idx), _unpermute(perm, d2), _unpermute(perm, ok)
     t1 = time.perf_counter()
     bad = xp.flatnonzero(~ok)
     n_bad = comm.allreduce(int(bad.shape[0]))
@@ -492,9 +512,187 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
         fallback_left = int((~ok2).sum())
         counters["distance_evaluations"] += c2
     dist = xp.sqrt(d2) if metric == "euclidean" else d2 / 2.0
-    info = {"scan_s": t_scan, "fallback_s": time.perf_counter() - t1, "uncertified_float32": int(bad.shape[0]),
+    info = {"scan_s": t_scan, "cpu_s": time.thread_time() - c0, "fallback_s": time.perf_counter() - t1,
+            "uncertified_float32": int(bad.shape[0]),
             "uncertified_float64": fallback_left, "bytes_moved": int(comm.stats["bytes_sent"]), **counters}
     return idx, dist, info
+
+
+# --------------------------------------------------------------------------
+# Exact mode with block pruning
+# --------------------------------------------------------------------------
+
+
+def _cell_blocks(Xc: Any, B: int, seed: int) -> tuple:
+    """Local spatial order: points grouped by local k-means cells, cut into
+    blocks of at most ``B`` rows that never straddle two cells.  Returns the
+    permutation, block starts (host int64) and each block's centre and radius
+    (float64, in the centred float32 coordinates the keys are computed from)."""
+    xp = namespace(Xc)
+    nl = Xc.shape[0]
+    if nl == 0:
+        return xp.arange(0, dtype=xp.int64), np.zeros(1, np.int64), np.zeros((0, Xc.shape[1])), np.zeros(0)
+    C = max(1, min(nl // max(1, B // 4), int(round(math.sqrt(nl) / 2))))
+    if C > 1:
+        rng = np.random.default_rng([seed, 0xB10C])
+        take = np.sort(rng.choice(nl, size=min(nl, 40 * C), replace=False))
+        sample = to_host(Xc[xp.asarray(take)]).astype(np.float32)
+        cent = _kmeans_pp(sample, C, seed)
+        for _ in range(3):
+            lab = _assign(sample, None, cent)
+            cnt = np.bincount(lab, minlength=cent.shape[0])
+            for t in range(sample.shape[1]):
+                s_t = np.bincount(lab, weights=sample[:, t], minlength=cent.shape[0])
+                cent[cnt > 0, t] = (s_t[cnt > 0] / cnt[cnt > 0]).astype(np.float32)
+        cg = xp.asarray(cent)
+        cn = (cg * cg).sum(axis=1)
+        labels = xp.concatenate([xp.argmin(cn[None, :] - 2.0 * (Xc[q:q + 8192] @ cg.T), axis=1)
+                                 for q in range(0, nl, 8192)])
+    else:
+        labels = xp.zeros(nl, dtype=xp.int64)
+    perm = xp.argsort(labels, kind="stable").astype(xp.int64)
+    sizes = np.bincount(to_host(labels).astype(np.int64), minlength=C)
+    # balanced split of each cell into ceil(size / B) blocks
+    starts = [0]
+    base = 0
+    for sz in sizes:
+        sz = int(sz)
+        if sz == 0:
+            continue
+        nb = -(-sz // B)
+        for t in range(1, nb + 1):
+            starts.append(base + (sz * t) // nb)
+        base += sz
+    starts = np.asarray(starts, dtype=np.int64)
+    Xs = Xc[perm]
+    nbk = len(starts) - 1
+    centres = np.empty((nbk, Xc.shape[1]))
+    radii = np.empty(nbk)
+    for b in range(nbk):
+        blk = Xs[int(starts[b]):int(starts[b + 1])].astype(xp.float64)
+        c = blk.mean(axis=0)
+        centres[b] = to_host(c)
+        radii[b] = float(xp.sqrt(((blk - c) ** 2).sum(axis=1).max()))
+    return perm, starts, centres, radii
+
+
+def _block_lb2(ca: np.ndarray, ra: np.ndarray, cb: np.ndarray, rb: np.ndarray) -> np.ndarray:
+    """Lower bound on the squared distance between any point of block a and any
+    of block b (triangle inequality), shrunk slightly against rounding."""
+    D = np.empty((ca.shape[0], cb.shape[0]))
+    for i in range(ca.shape[0]):
+        D[i] = np.sqrt(((cb - ca[i]) ** 2).sum(axis=1))
+    lb = np.maximum(D - ra[:, None] - rb[None, :], 0.0) * (1.0 - 1e-9)
+    return lb * lb
+
+
+def _pruned_blocks(scan: Any, R: tuple, rblocks: Any, rl: tuple, Cq: tuple, cblocks: Any, cl: tuple | None,
+                   lb2: np.ndarray, pad: float, diag: bool, counters: dict) -> None:
+    """Row blocks ``rblocks`` of R against column blocks ``cblocks`` of Cq,
+    nearest block pairs first; a pair is skipped when its lower bound exceeds
+    every threshold it could update (row lists, and column lists when
+    ``cl`` is given), which is exactly when the scan would reject all its keys.
+    ``diag``: R is Cq and only pairs with column block > row block are visited
+    (the diagonal tiles were done before)."""
+    Qc, qn, Qo, qg, qs = R
+    Yc, yn, Yo, yg, ys = Cq
+    m = rl[0].shape[1]
+    ynb = len(ys) - 1
+    for a in rblocks:
+        a0, a1 = int(qs[a]), int(qs[a + 1])
+        cand = cblocks[cblocks > a] if diag else cblocks
+        if a1 == a0 or len(cand) == 0:
+            continue
+        rows = tuple(x[a0:a1] for x in rl)
+        rth = rl[0][a0:a1, m - 1]
+        lb = lb2[a, cand] - pad
+        # thresholds only fall, so a pair prunable now stays prunable
+        keep = lb <= float(rth.max())
+        if cl is not None:
+            cth = to_host(cl[0][:, m - 1])
+            cmax = np.full(ynb, np.inf)
+            ne = ys[1:] > ys[:-1]
+            cmax[ne] = np.maximum.reduceat(cth, ys[:-1][ne])
+            keep |= lb <= cmax[cand]
+        counters["pruned_pairs"] += int(((qs[a + 1] - qs[a]) * (ys[cand[~keep] + 1] - ys[cand[~keep]])).sum())
+        cand, lb = cand[keep], lb[keep]
+        order = np.argsort(lb, kind="stable")
+        for b, lbb in zip(cand[order].tolist(), lb[order].tolist(), strict=True):
+            b0, b1 = int(ys[b]), int(ys[b + 1])
+            if lbb > float(rth.max()) and (cl is None or lbb > float(cl[0][b0:b1, m - 1].max())):
+                counters["pruned_pairs"] += (a1 - a0) * (b1 - b0)
+                continue
+            G = Qc[a0:a1] @ Yc[b0:b1].T
+            cols = None if cl is None else tuple(x[b0:b1] for x in cl)
+            scan(G, qn[a0:a1], yn[b0:b1], qg[a0:a1], yg[b0:b1], Qo[a0:a1], Yo[b0:b1], rows, cols)
+            counters["distance_evaluations"] += int(G.size)
+
+
+def _pruned_scan(comm: Any, scan: Any, X: Any, Xc: Any, xn: Any, off: int, mean: Any, m: int, nmax: float,
+                 B: int, seed: int, counters: dict) -> tuple:
+    """The ring of :func:`_exact_rank` on cell-ordered blocks with block-pair
+    pruning.  Rows come back in cell order (``perm``)."""
+    xp = namespace(X)
+    nl, d = X.shape
+    P, r = comm.size, comm.rank
+    counters["pruned_pairs"] = 0
+    perm, qs, cent, rad = _cell_blocks(Xc, B, seed)
+    Xs, Xcs, xns = xp.ascontiguousarray(X[perm]), xp.ascontiguousarray(Xc[perm]), xn[perm]
+    gs = perm + off
+    nb = len(qs) - 1
+    # a pair is skipped only if every key in it is provably >= the threshold:
+    # key >= |x-y|^2 - err with err the certificate's float32 GEMM bound
+    pad = (d + 8) * float(np.finfo(np.float32).eps) * 4.0 * nmax
+    lists = _new_lists(xp, nl, m)
+    R = (Xcs, xns, Xs, gs, qs)
+    # diagonal tiles first: every row starts with a threshold from its own block
+    for a in range(nb):
+        a0, a1 = int(qs[a]), int(qs[a + 1])
+        rows = tuple(x[a0:a1] for x in lists)
+        G = Xcs[a0:a1] @ Xcs[a0:a1].T
+        scan(G, xns[a0:a1], xns[a0:a1], gs[a0:a1], gs[a0:a1], Xs[a0:a1], Xs[a0:a1], rows, None)
+        counters["distance_evaluations"] += int(G.size)
+    lb2 = _block_lb2(cent, rad, cent, rad)
+    allb = np.arange(nb)
+    _pruned_blocks(scan, R, allb, lists, R, allb, lists, lb2, pad, True, counters)
+    _fill_exact(lists, Xs, X, off)
+
+    for s in range(1, P // 2 + 1):
+        thr = xp.ascontiguousarray(lists[0][:, m - 1])
+        mine = (X, off, gs, qs, cent, rad, thr)
+        Y, yoff, ygs, ys, ycent, yrad, ythr = comm.sendrecv(mine, dst=(r - s) % P, src=(r + s) % P,
+                                                           tag=("ring", s))
+        Y = Y.copy()                             # writable: the numba kernels were compiled for those
+        ny = Y.shape[0]
+        yinv = ygs - yoff
+        Ys = xp.ascontiguousarray(Y[yinv])
+        Ycs, yns = _centred(Ys, mean, np.float32)
+        # the visitor's lists start at its owner's thresholds (placeholders, id -1):
+        # a candidate no better than what the owner already has is not sent back
+        cl = _new_lists(xp, ny, m)
+        cl[0][...] = ythr[:, None]
+        ynb = len(ys) - 1
+        rb, cb = np.arange(nb), np.arange(ynb)
+        if 2 * s == P:
+            if r < P // 2:
+                cb = cb[:ynb // 2]               # the visitor's first half of blocks ...
+            else:
+                rb = rb[nb // 2:]                # ... and our second half: together the whole pair, once
+        lb2 = _block_lb2(cent, rad, ycent, yrad)
+        _pruned_blocks(scan, R, rb, lists, (Ycs, yns, Ys, ygs, ys), cb, cl, lb2, pad, False, counters)
+        _fill_exact(lists, Xs, Y, yoff)
+        _fill_exact(cl, Ys, X, off)
+        back = comm.sendrecv(cl, dst=(r + s) % P, src=(r - s) % P, tag=("cols", s))
+        # the returned lists are in our cell order already (we sent them in it)
+        _merge_lists(lists, back)
+    return lists, xns, perm
+
+
+def _unpermute(perm: Any, a: Any) -> Any:
+    xp = namespace(a)
+    out = xp.empty_like(a)
+    out[perm] = a
+    return out
 
 
 def _float64_pass(comm: Any, X: Any, off: int, gids: Any, rows: Any, mean: Any, m: int, k: int, n: int,
@@ -518,6 +716,7 @@ def _float64_pass(comm: Any, X: Any, off: int, gids: Any, rows: Any, mean: Any, 
                 q1 = min(Q.shape[0], q0 + tq)
                 _tile_pass(scan, Qc, qn, Q, qg, lists, q0, q1, Yc, yn, Y, yg, None, 0, Y.shape[0], tb, False,
                            counters)
+            _fill_exact(lists, Q, Y, yoff)
     nmax64 = comm.allreduce(float(((Qc * Qc).sum(axis=1)).max()) if Q.shape[0] else 0.0, op="max")
     idx, d2, ok = _finalize(lists, k, m, qn, max(nmax, nmax64), X.shape[1], np.float64, n)
     return idx, d2, ok, counters["distance_evaluations"]
@@ -528,13 +727,13 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     off = int(offsets[comm.rank])
     if namespace(block) is not np:
         block = to_host(block)  # the graph phases are numba kernels; GEMM-heavy parts stay on xp below
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     X, mean = _prepare(comm, block, metric)
     Xc, xn = _centred(X, mean, np.float32)
     nl, d = X.shape
     P, r = comm.size, comm.rank
     gids = np.arange(off, off + nl, dtype=np.int64)
-    ef = int(opts["ef"] or 2 * k)
+    ef = int(opts["ef"] or 3 * k)
     counters = {"distance_evaluations": 0}
 
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
@@ -572,7 +771,8 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     t_refine = time.perf_counter() - t3
 
     dist = np.sqrt(d2) if metric == "euclidean" else d2 / 2.0
-    info = {"kmeans_s": t_kmeans, "local_build_s": t_local, "merge_tree_s": t_merge, "refinement_s": t_refine,
+    info = {"kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
+            "merge_tree_s": t_merge, "refinement_s": t_refine,
             "merge_levels": level, "bytes_moved": int(comm.stats["bytes_sent"]), **counters}
     return ind, dist, info
 
@@ -642,32 +842,78 @@ def _sqdist64(A, i, B, j) -> float:
 @numba.njit(cache=True, nogil=True)
 def _scan_kernel(G, qn, yn, qg, yg, Qo, Yo, rk, ri, rd, ck, ci, cd, do_cols) -> None:
     # one pass over the GEMM tile: key = |q|^2 + |y|^2 - 2 q.y; a key below the
-    # list's current worst enters with its exact float64 distance
+    # list's current worst enters with its exact distance left NaN (filled in
+    # for the survivors by _fill_exact once the block is done).  Almost every
+    # key is rejected, so each chunk of columns is first tested branch-free (the
+    # loop vectorises); only chunks holding a key below a threshold are rescanned.
     nq, nc = G.shape
     m = rk.shape[1]
     # self pairs only occur when the id ranges overlap (diagonal tiles)
     check_self = nq > 0 and nc > 0 and qg.min() <= yg.max() and yg.min() <= qg.max()
-    cthr = np.empty(nc, dtype=np.float64)
+    cthr = np.full(nc, -np.inf, dtype=np.float64)
     if do_cols:
         for j in range(nc):
             cthr[j] = ck[j, m - 1]
+    ynd = np.empty(nc, dtype=np.float64)
+    for j in range(nc):
+        ynd[j] = yn[j]
+    CH = 32
     for i in range(nq):
         thr = rk[i, m - 1]
-        qni = qn[i]
+        qni = np.float64(qn[i])
         gi = qg[i]
         Gi = G[i]
-        for j in range(nc):
-            key = qni + yn[j] - 2.0 * Gi[j]
-            if key < thr:
-                if check_self and yg[j] == gi:
-                    continue
-                _insert(rk, ri, rd, i, key, yg[j], _sqdist64(Qo, i, Yo, j))
-                thr = rk[i, m - 1]
-            if do_cols and key < cthr[j]:
-                if check_self and yg[j] == gi:
-                    continue
-                _insert(ck, ci, cd, j, key, gi, _sqdist64(Yo, j, Qo, i))
-                cthr[j] = ck[j, m - 1]
+        for j0 in range(0, nc, CH):
+            j1 = min(nc, j0 + CH)
+            hits = 0
+            for j in range(j0, j1):
+                key = qni + ynd[j] - 2.0 * np.float64(Gi[j])
+                lim = thr if thr > cthr[j] else cthr[j]
+                hits += key < lim
+            if hits == 0:
+                continue
+            for j in range(j0, j1):
+                key = qni + ynd[j] - 2.0 * np.float64(Gi[j])
+                if key < thr:
+                    if check_self and yg[j] == gi:
+                        continue
+                    _insert(rk, ri, rd, i, key, yg[j], np.nan)
+                    thr = rk[i, m - 1]
+                if do_cols and key < cthr[j]:
+                    if check_self and yg[j] == gi:
+                        continue
+                    _insert(ck, ci, cd, j, key, gi, np.nan)
+                    cthr[j] = ck[j, m - 1]
+
+
+def _fill_exact(lists: tuple, Qo: Any, Yo: Any, ylo: int) -> None:
+    """Exact float64 squared distances for the kept candidates that still lack
+    one (NaN) and whose ids are rows ``ylo, ylo+1, ...`` of ``Yo``: computed
+    once per survivor instead of once per insertion."""
+    xp = namespace(lists[0])
+    _, ri, rd = lists
+    if xp is np:
+        _fill_exact_kernel(ri, rd, Qo, Yo, ylo)
+        return
+    sel = xp.isnan(rd) & (ri >= ylo) & (ri < ylo + Yo.shape[0])
+    qi, t = xp.nonzero(sel)
+    if qi.shape[0] == 0:
+        return
+    yi = ri[qi, t] - ylo
+    for s in range(0, int(qi.shape[0]), 65536):
+        a, b = qi[s:s + 65536], yi[s:s + 65536]
+        diff = Qo[a].astype(xp.float64) - Yo[b].astype(xp.float64)
+        rd[a, t[s:s + 65536]] = (diff * diff).sum(axis=1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_exact_kernel(ri, rd, Qo, Yo, ylo):
+    ny = Yo.shape[0]
+    for i in range(ri.shape[0]):
+        for t in range(ri.shape[1]):
+            g = ri[i, t] - ylo
+            if np.isnan(rd[i, t]) and 0 <= g < ny:
+                rd[i, t] = _sqdist64(Qo, i, Yo, g)
 
 
 def _scan_tile_xp(G, qn, yn, qg, yg, Qo, Yo, rows, cols) -> None:
@@ -799,6 +1045,7 @@ def _local_build(Xc, xn, X, gids, labels, probes, k, counters) -> tuple[np.ndarr
         _scan_kernel(G, xs[a:b], yn, gs[a:b], yg, Xos[a:b], Yo, lists[0][a:b], lists[1][a:b], lists[2][a:b],
                      lists[0][a:b], lists[1][a:b], lists[2][a:b], False)
         counters["distance_evaluations"] += int(G.size)
+    _fill_exact(lists, Xos, X, int(gids[0]) if nl else 0)
     ind = np.full((nl, k), -1, dtype=np.int64)
     d2 = np.full((nl, k), np.inf)
     o = np.lexsort((lists[1], lists[2]), axis=1)
@@ -826,9 +1073,15 @@ def _query_groups(comm: Any, targets: list[int], X, Xc, mean, gids, offsets, lab
     adj = _local_adjacency(yind, ygids, k)
     entries = _entry_points(Xc, Yc, ylab, probe_order.shape[0], int(opts["n_entry"]))
     counters["distance_evaluations"] += int(entries.size and Xc.shape[0] * 8 * probe_order.shape[0])
+    # queries of one cell after another: consecutive searches walk the same
+    # region of the partner's graph, which then stays in cache
+    qo = np.argsort(labels, kind="stable")
     res_i = np.full((Xc.shape[0], k), -1, dtype=np.int64)
     res_d = np.full((Xc.shape[0], k), np.inf, dtype=np.float32)
-    counters["distance_evaluations"] += int(_beam_search(Xc, Yc, adj, entries, max(ef, k), res_i, res_d))
+    ri_o, rd_o = res_i.copy(), res_d.copy()
+    counters["distance_evaluations"] += int(_beam_search(np.ascontiguousarray(Xc[qo]), Yc, adj,
+                                                         np.ascontiguousarray(entries[qo]), max(ef, k), ri_o, rd_o))
+    res_i[qo], res_d[qo] = ri_o, rd_o
     # candidates with exact distances, into our lists
     valid = res_i >= 0
     qi = np.repeat(np.arange(Xc.shape[0]), k)[valid.ravel()]
@@ -871,8 +1124,30 @@ def _entry_points(Qc: np.ndarray, Yc: np.ndarray, ylab: np.ndarray, n_cells: int
     out = np.empty((Qc.shape[0], e), dtype=np.int64)
     for s in range(0, Qc.shape[0], 8192):
         D = pn[None, :] - 2.0 * (Qc[s:s + 8192] @ Pc.T)
-        sel = np.argpartition(D, e - 1, axis=1)[:, :e] if e < len(piv) else np.argsort(D, axis=1)
-        out[s:s + 8192] = piv[sel]
+        out[s:s + 8192] = piv[_row_smallest(D, e)]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_smallest(D, e):
+    # column indices of the e smallest entries of each row, nearest first
+    nr, nc = D.shape
+    out = np.empty((nr, e), dtype=np.int64)
+    best = np.empty(e, dtype=np.float64)
+    for i in range(nr):
+        for t in range(e):
+            best[t] = np.inf
+            out[i, t] = t
+        for j in range(nc):
+            v = D[i, j]
+            if v < best[e - 1]:
+                p = e - 1
+                while p > 0 and best[p - 1] > v:
+                    best[p] = best[p - 1]
+                    out[i, p] = out[i, p - 1]
+                    p -= 1
+                best[p] = v
+                out[i, p] = j
     return out
 
 
@@ -916,8 +1191,10 @@ def _local_adjacency(yind, ygids, k):
     return adj
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, fastmath=True)
 def _sqdist32(A, i, B, j):
+    # search distances only (candidates are re-measured exactly in float64):
+    # fastmath lets the reduction vectorise
     s = np.float32(0.0)
     for t in range(A.shape[1]):
         z = A[i, t] - B[j, t]
