@@ -7,9 +7,15 @@ fast as ``scipy.fft.fftn(workers=2)`` on one node.  Planned pyFFTW on 2
 threads is shown beside it (the single-node number to chase), and the
 FFT/transpose split of our run shows the gap to the communication floor.
 
+The FFT/transpose split is the slowest rank's time in local FFTs and outside
+them (``transpose_seconds`` = packing + placing + waiting on peers), beside
+``comms_floor_seconds``: the bytes the busiest rank sends at the bandwidth
+``workbench.comms`` measures between the two workers (ping-pong, one message of
+one transpose piece) -- what the transposes would cost if nothing overlapped.
+
 Run alone::
 
-    python benchmarks/bench_fft.py [ci|laptop]
+    python benchmarks/bench_fft.py [ci|medium|laptop]
 """
 
 from __future__ import annotations
@@ -67,8 +73,19 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     t_noov = wb.bench.measure(ours_no_overlap, name="wb.fftn slab (no overlap)", warmup=0, repeat=p["repeat"])
     rows = [t_ours.row(role="ours", speedup=1.0, **labels),
             t_noov.row(role="ours-variant", speedup=t_noov.median / t_ours.median, **labels)]
+    # the communication floor: the most any rank sends, at the bandwidth workbench.comms reaches between these
+    # two workers for a message of one transpose piece (ping-pong: one direction at a time)
+    per_rank = ours_stats["per_rank"]
+    most_sent = max(r["bytes_sent"] for r in per_rank)
+    piece = int(min(max(most_sent // 16, 1 << 20), 64 << 20))
+    pp = wb.bench.comms_pingpong(client, sizes=(piece,), repeat=3) if n_workers > 1 else []
+    gbps = pp[0]["gbps"] if pp else float("nan")
     rows[0].update(fft_seconds=ours_stats["fft_seconds"], transpose_seconds=ours_stats["transpose_seconds"],
-                   bytes_moved=ours_stats["bytes_moved"], gflops=5 * n ** 3 * np.log2(n ** 3) / t_ours.median / 1e9)
+                   pack_seconds=ours_stats["pack_seconds"], place_seconds=ours_stats["place_seconds"],
+                   wait_seconds=ours_stats["wait_seconds"], bytes_moved=ours_stats["bytes_moved"],
+                   bytes_pulled=ours_stats["bytes_pulled"], comms_gbps=gbps,
+                   comms_floor_seconds=most_sent / (gbps * 1e9) if pp else 0.0,
+                   gflops=5 * n ** 3 * np.log2(n ** 3) / t_ours.median / 1e9)
 
     # dask.array.fft needs one chunk along every transformed axis: the whole cube in one chunk
     t_dask = wb.bench.measure(lambda: persisted(da.fft.fftn(x.rechunk((n, n, n)))),

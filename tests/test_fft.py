@@ -73,6 +73,51 @@ def test_round_trip_stays_distributed(clients, n_workers, decomposition):
     np.testing.assert_allclose(np.asarray(back_r), xr, rtol=0, atol=1e-12 * np.abs(xr).max())
 
 
+@pytest.mark.parametrize("n_workers", (2, 3))
+def test_pipelined_transpose_with_recycled_buffers(clients, n_workers):
+    """Large enough for several pipelined chunks whose pieces take the same-host path and reuse send buffers;
+    extents that split unevenly over the workers and the chunks."""
+    client = clients(n_workers)
+    x = _data((67, 129, 130), seed=17)  # 17 MiB: >= 4 chunks, pieces of about 1-2 MiB
+    xd = client.persist(da.from_array(x, chunks=(-(-67 // n_workers), 129, 130)))
+    F = wb.fftn(xd, client=client)
+    assert F.stats["bytes_moved"] > 0 and not F.stats["input_redistributed"]
+    validate_fft(F, x, "fwd")
+    back = wb.ifftn(F, client=client)
+    np.testing.assert_allclose(np.asarray(back), x, rtol=0, atol=1e-12 * np.abs(x).max())
+    # the same without the sender thread (sends inline, buffers recycled right after each send)
+    small = x[:, :40]
+    validate_fft(wb.fftn(small, overlap=False, client=client), small, "fwd")
+
+
+def _set_engine(name):
+    import workbench.kernels.fft as f
+
+    f._ENGINE = name
+
+
+@pytest.mark.parametrize("n_workers", (1, 3))
+def test_scipy_engine_without_pyfftw(clients, n_workers):
+    """The scipy.fft path the workers take when pyFFTW is not installed (in place, no temporaries)."""
+    client = clients(n_workers)
+    client.run(_set_engine, "scipy")
+    try:
+        x = _data((9, 10, 7), seed=21)
+        xr = x.real.copy()
+        for dec in ("slab", "pencil"):
+            kw = {"decomposition": dec, "client": client}
+            F = wb.fftn(x, **kw)
+            validate_fft(F, x, "fwd")
+            np.testing.assert_allclose(np.asarray(wb.ifftn(F, **kw)), x, rtol=0, atol=1e-12 * np.abs(x).max())
+            validate_fft(wb.ifftn(x, norm="ortho", **kw), x, "bwd", norm="ortho")
+            R = wb.rfftn(xr, **kw)
+            validate_fft(R, xr, "r2c")
+            validate_fft(wb.irfftn(R, s=xr.shape, **kw), np.asarray(R), "c2r", s=xr.shape)
+        validate_fft(wb.fftn(da.from_array(x, chunks=(4, 3, 5)), client=client), x, "fwd")
+    finally:
+        client.run(_set_engine, "auto")
+
+
 def test_every_worker_works_and_results_agree(clients):
     x = _data((12, 9, 10), seed=5)
     results = {}

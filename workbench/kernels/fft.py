@@ -6,7 +6,10 @@ CPU and GPU architectures": the array is split over a p0 (slab) or p0 x p1
 it holds whole, then an all-to-all transpose inside one grid sub-communicator
 makes the next axis whole, and so on.  The transpose is pipelined: a rank
 FFTs its block in chunks along the axis about to be exchanged and a sender
-thread ships each finished chunk while the next one is transformed.
+thread ships each finished chunk while the next one is transformed.  Send
+buffers are recycled once a send returns (so a transpose touches a few chunks'
+worth of fresh pages, not its whole volume), and on one host the comms layer
+lets the peer copy large pieces straight out of the sender's memory.
 
 The whole transform is one SPMD group over :mod:`workbench.comms` (no
 scheduler round trip per transpose).  The output is left in the layout the
@@ -15,8 +18,9 @@ dask array in natural index order, just chunked along different axes -- so a
 forward/inverse pair does no extra transposes.
 
 Local FFTs run through FFTW (pyFFTW, FFTW_MEASURE plans whose wisdom is kept
-per worker process) when available, else ``scipy.fft``; on GPU workers
-through ``cupyx.scipy.fft`` (cuFFT with cupy's plan cache).
+per worker process, for calls of at least ``_MEASURE_MIN`` elements; ESTIMATE
+below) when available, else ``scipy.fft``; on GPU workers through
+``cupyx.scipy.fft`` (cuFFT with cupy's plan cache).
 
 Examples
 --------
@@ -53,8 +57,11 @@ _DECOMPOSITIONS = ("auto", "slab", "pencil")
 #: Target bytes of one pipelined transpose chunk (per destination piece roughly chunk/p).
 _CHUNK_BYTES = 64 << 20
 _MAX_CHUNKS = 16
-#: Below this many elements FFTW_MEASURE costs more than it saves.
-_MEASURE_MIN = 1 << 16
+#: Below this many elements per transform call FFTW_MEASURE costs more than it saves: its planning (0.1-2 s
+#: per new shape, stride and alignment; seconds for non-power-of-two lengths) dwarfs the transforms a call
+#: makes, so ESTIMATE plans win there even though they run slower.
+#: Above it MEASURE plans run 3-5x faster than ESTIMATE ones (512^2 planes, strided axis-0 batches).
+_MEASURE_MIN = 1 << 20
 #: Host inputs up to this size travel inside the task instead of a separate scatter.
 _EMBED_BYTES = 1 << 20
 
@@ -95,7 +102,14 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
         The transform, left distributed on the workers in the layout of the
         last transpose; ``np.asarray`` brings it home.  ``.stats`` holds
         ``seconds``, ``gflops`` (5 N log2 N convention), ``bytes_moved``,
-        ``fft_seconds``/``transpose_seconds`` (max over ranks), ``n_transposes``,
+        ``fft_seconds``/``transpose_seconds`` (max over ranks; transpose is
+        the rank's time outside local FFTs), its parts ``pack_seconds``
+        (slicing FFT'd chunks into send buffers and the rank's own block),
+        ``place_seconds`` (copying received pieces into place) and
+        ``wait_seconds`` (blocked on peers, on the send queue or, with
+        ``overlap=False``, in sends),
+        ``bytes_pulled`` (the part of ``bytes_moved`` that same-host peers
+        copied straight out of the sender's memory), ``n_transposes``,
         ``decomposition``, ``grid``, ``per_rank``.
 
     Examples
@@ -479,7 +493,8 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     P = max(1, math.prod(plan.grid))
     t0 = time.perf_counter()
     rank_args, workers = _place_input(client, x, plan, native, addrs[:P] if P <= len(addrs) else addrs)
-    futs = comms.run_spmd(_fft_rank, rank_args, plan, client=client, workers=workers, name=f"fft-{kind}")
+    futs = comms.run_spmd(_fft_rank, rank_args, plan, client=client, workers=workers, name=f"fft-{kind}",
+                          publish_info=True)
     comms.wait_group(futs)
     blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
@@ -493,6 +508,10 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
         "fft_seconds": max(i["fft_s"] for i in infos),
         "transpose_seconds": max(i["transpose_s"] for i in infos),
         "redistribute_seconds": max(i["redistribute_s"] for i in infos),
+        "pack_seconds": max(i["pack_s"] for i in infos),
+        "place_seconds": max(i["place_s"] for i in infos),
+        "wait_seconds": max(i["wait_s"] for i in infos),
+        "bytes_pulled": int(sum(i["bytes_pulled"] for i in infos)),
         "rank_seconds": max(i["total_s"] for i in infos),
         "n_transposes": plan.n_transposes,
         "decomposition": plan.decomposition,
@@ -598,7 +617,8 @@ def _assemble_output(blocks: list, plan: FFTPlan) -> Any:
 
 def _fft_rank(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, dict]:
     t_start = time.perf_counter()
-    timers = {"fft_s": 0.0, "transpose_s": 0.0, "redistribute_s": 0.0}
+    timers = {"fft_s": 0.0, "transpose_s": 0.0, "redistribute_s": 0.0, "pack_s": 0.0, "place_s": 0.0,
+              "wait_s": 0.0}
     coords = _rank_coords(comm.rank, plan.grid)
     d = len(plan.grid)
     if d <= 1:
@@ -626,7 +646,8 @@ def _fft_rank(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, dict]:
         a *= plan.scale
     synchronize(a)
     info = {"rank": comm.rank, "shape": tuple(int(n) for n in a.shape), "bytes_sent": int(comm.stats["bytes_sent"]),
-            "total_s": time.perf_counter() - t_start, **timers}
+            "bytes_pulled": int(comm.stats.get("bytes_pulled", 0)), "total_s": time.perf_counter() - t_start,
+            **timers}
     info["transpose_s"] = max(0.0, info["total_s"] - timers["fft_s"] - timers["redistribute_s"])
     del xp
     return a, info
@@ -750,7 +771,10 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
         return block_offsets(extent, _n_chunks(extent, slice_bytes, plan.overlap, True))
 
     my_chunks = chunking(a.shape[xax])
-    sender = _Sender(sub) if plan.overlap and p > 1 else None
+    # send buffers are recycled once a send has returned (the comms' contract: the buffer is the caller's
+    # again), so a transpose faults in a few chunks' worth of pages instead of its whole volume
+    pool = _BufferPool(enabled=xp is np)
+    sender = _Sender(sub, pool) if plan.overlap and p > 1 else None
     tag0 = ("fft-t", k)
     src = a if owned or st.kind != "c2r" else a.copy()
     buf = None
@@ -771,6 +795,7 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                 done = buf
             else:
                 done = part
+            tp = time.perf_counter()
             for dst in range(p):
                 ysl = [slice(None)] * a.ndim
                 ysl[yax] = slice(int(y_offs[dst]), int(y_offs[dst + 1]))
@@ -783,15 +808,21 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                     else:
                         new[tuple(tsl)] = piece
                     continue
-                packed = _empty(piece.shape, out_dt, a)
+                packed = pool.take(piece.shape, out_dt, a)
                 if scale != 1.0:
                     xp.multiply(piece, scale, out=packed)
                 else:
                     packed[...] = piece
+                tw = time.perf_counter()
+                timers["pack_s"] += tw - tp
                 if sender is not None:
                     sender.put(dst, packed, (*tag0, c))
                 else:
                     sub.send(dst, packed, tag=(*tag0, c))
+                    pool.give(packed)
+                tp = time.perf_counter()
+                timers["wait_s"] += tp - tw
+            timers["pack_s"] += time.perf_counter() - tp
         # place the pieces the other ranks of this sub-communicator send
         for src_rank in range(p):
             if src_rank == me:
@@ -799,21 +830,51 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
             ext = int(x_offs[src_rank + 1] - x_offs[src_rank])
             their = chunking(ext)
             for c in range(len(their) - 1):
+                tw = time.perf_counter()
                 piece = sub.recv(src_rank, tag=(*tag0, c))
+                tp = time.perf_counter()
+                timers["wait_s"] += tp - tw
                 tsl = [slice(None)] * a.ndim
                 tsl[xax] = slice(int(x_offs[src_rank] + their[c]), int(x_offs[src_rank] + their[c + 1]))
                 new[tuple(tsl)] = piece
+                timers["place_s"] += time.perf_counter() - tp
     finally:
         if sender is not None:
+            tw = time.perf_counter()
             sender.close()
+            timers["wait_s"] += time.perf_counter() - tw
     return new
+
+
+class _BufferPool:
+    """Free send buffers by (shape, dtype); thread safe (the sender thread hands buffers back)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.free: dict[tuple, list] = {}
+        self.lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
+        key = (tuple(shape), np.dtype(dtype).str)
+        with self.lock:
+            lst = self.free.get(key)
+            if lst:
+                return lst.pop()
+        return _empty(tuple(shape), dtype, like)
+
+    def give(self, buf: Any) -> None:
+        if not self.enabled:
+            return
+        with self.lock:
+            self.free.setdefault((tuple(buf.shape), buf.dtype.str), []).append(buf)
 
 
 class _Sender:
     """Background thread shipping transpose pieces so the FFT of the next chunk overlaps the transfer."""
 
-    def __init__(self, comm: Any, depth: int = 4) -> None:
+    def __init__(self, comm: Any, pool: _BufferPool | None = None, depth: int = 4) -> None:
         self.comm = comm
+        self.pool = pool
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="wb-fft-sender")
@@ -830,6 +891,9 @@ class _Sender:
                 self.comm.send(item[0], item[1], tag=item[2])
             except BaseException as e:  # surfaced on close
                 self.error = e
+                continue
+            if self.pool is not None:
+                self.pool.give(item[1])
 
     def put(self, dst: int, obj: Any, tag: tuple) -> None:
         if self.error is not None:
@@ -860,6 +924,8 @@ def _empty(shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
     return xp.empty(shape, dtype=dtype)
 
 
+#: Worker-local FFT engine on CPU workers: "auto" (pyFFTW when installed, else scipy.fft) or "scipy".
+_ENGINE = "auto"
 _PLANNED: set = set()
 _PLAN_LOCK = threading.Lock()
 
@@ -873,6 +939,8 @@ def _fft_into(a: Any, out: Any, st: _Stage) -> None:
         _cupy_fft_into(a, out, st)
         return
     try:
+        if _ENGINE == "scipy":
+            raise ImportError
         import pyfftw
     except ImportError:
         _scipy_fft_into(a, out, st)
@@ -919,18 +987,29 @@ def _scratch_like(a: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, shape=a.shape, strides=a.strides)
 
 
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
+            and a.strides == b.strides)
+
+
 def _scipy_fft_into(a: np.ndarray, out: np.ndarray, st: _Stage) -> None:
+    """scipy.fft (pocketfft, one thread per rank): complex transforms run in place in ``out``
+    (``overwrite_x`` on a view computes into it), so no temporary the size of the chunk is allocated."""
     import scipy.fft as sf
 
-    if st.kind == "fwd":
-        r = sf.fftn(a, axes=st.axes, workers=1)
-    elif st.kind == "bwd":
-        r = sf.ifftn(a, axes=st.axes, norm="forward", workers=1)
-    elif st.kind == "r2c":
+    if st.kind in ("fwd", "bwd"):
+        if not _same_view(a, out):
+            out[...] = a
+        f = sf.fftn if st.kind == "fwd" else sf.ifftn
+        r = f(out, axes=st.axes, norm="backward" if st.kind == "fwd" else "forward", workers=1, overwrite_x=True)
+        if not _same_view(r, out):
+            out[...] = r
+        return
+    if st.kind == "r2c":
         r = sf.rfftn(a, axes=st.axes, workers=1)
     else:
         s = [a.shape[ax] for ax in st.axes[:-1]] + [st.n_out]
-        r = sf.irfftn(a, s=s, axes=st.axes, norm="forward", workers=1)
+        r = sf.irfftn(a, s=s, axes=st.axes, norm="forward", workers=1, overwrite_x=True)
     out[...] = r
 
 
