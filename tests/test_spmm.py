@@ -109,6 +109,29 @@ def test_spmm_rmat_distributed_generator(clients):
     assert 0 < stats["bytes_moved"] < B.nbytes
 
 
+def test_spmm_repeat_calls_reuse_prepared_tiles(clients):
+    # a distributed A is cut into tiles once and reused; k = 64 and 32 (a 2-D grid's halves) take the
+    # fixed-width CPU kernels, k = 7 the generic one; float32 too
+    client = clients(3)
+    A = _matrix(m=70, n=61)
+    G = wb.distribute(A, client=client)
+    G2 = wb.distribute(A, client=client, partition="2d", grid=(1, 3))
+    cases = [(np.float64, 64, G, "stationary-c"), (np.float64, 64, G2, "stationary-c"),
+             (np.float32, 64, G, "work-stealing"), (np.float64, 7, G, "summa")]
+    for dtype, k, Ain, algorithm in cases:
+        B = _dense(61, k, seed=k, dtype=dtype)
+        Bd = wb.distribute(B, client=client)
+        for _ in range(2):
+            C = wb.spmm(Ain, Bd, algorithm=algorithm, client=client)
+            res = validate_spmm(A, B, C)
+            assert res["ok"], (dtype, k, algorithm, res)
+    cache = G.meta["_spmm_prepared"]
+    assert len(cache) == 1
+    futs = next(iter(cache.values()))
+    wb.spmm(G, Bd, client=client)
+    assert next(iter(G.meta["_spmm_prepared"].values())) is futs  # reused, not rebuilt
+
+
 @pytest.mark.parametrize("n_workers", [1, 2, 3, 4])
 def test_spgemm_matches_scipy(clients, n_workers):
     client = clients(n_workers)

@@ -47,12 +47,17 @@ import operator
 import random
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .. import comms
 from ..backend import namespace, sparse_namespace, to_host
@@ -108,6 +113,10 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     t0 = time.perf_counter()
     lay, a_args, b_args = _place(plan, A, B, client)
     P = lay.size
+    # compile/load the numba kernels here, never concurrently on the workers
+    _warm_kernels(plan["dtype"], np.diff(lay.joffs))
+    if isinstance(A, RowBlocks | BlockGrid):
+        a_args = _prepared_tiles(A, lay, a_args, client)  # cut once per distributed A, reused by later calls
     rank_args = [(a_args[r], b_args[r]) for r in range(P)]
     futs = comms.run_spmd(_spmm_rank, rank_args, lay, plan["algorithm"], plan["check_finite"], seed,
                           client=client, workers=lay.workers, name=f"spmm-{plan['algorithm']}")
@@ -149,6 +158,7 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool = False) ->
     """
     plan = _validate_spgemm(A, B)
     client = default_client(client)
+    _warm_kernels()
     t0 = time.perf_counter()
     Ad = A if isinstance(A, RowBlocks) else distribute(A, client)
     workers = list(Ad.workers)
@@ -419,6 +429,54 @@ def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
     return distribute(B, client, workers=workers)
 
 
+class _PreparedA:
+    """One rank's A tiles, cut and index-compressed for multiplication (see
+    :class:`_TileStore`), plus what the group needs to know about them."""
+
+    def __init__(self, tiles: dict, finite: bool, dtypes: list) -> None:
+        self.tiles, self.finite, self.dtypes = tiles, finite, dtypes
+
+
+def _prepare_rank_tiles(a_in: dict, lay: _Layout, rank: int) -> _PreparedA:
+    """Worker side: cut a rank's A blocks into tiles once (see :func:`_prepared_tiles`)."""
+    tiles: dict = {}
+    for key, blk in a_in.items():
+        if lay.kind == "1d":
+            # the row block holds global column ids: cut it into the L inner tiles at once
+            for l, tile in enumerate(_split_tiles(blk, lay.koffs)):
+                local = lay.owner_b(l, 0) == rank
+                direct = local and namespace(tile[0].data) is np  # the CPU kernel's index into local B
+                tiles[(key[0], l)] = (*tile, _direct_index(tile) if direct else None)
+        else:
+            tiles[key] = (*_split_tiles(blk, np.array([0, blk.shape[1]]))[0], None)
+    finite = all(_all_finite(blk) for blk in a_in.values())
+    return _PreparedA(tiles, finite, [blk.dtype for blk in a_in.values()])
+
+
+def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> list:
+    """Futures of every rank's prepared A tiles, cached on the distributed A.
+
+    Cutting A into compressed tiles (and, for the tile whose B is local, the
+    column index into that B block) costs about as much as a multiply, so it
+    is done once per (A, inner partition) on the workers that own the blocks
+    and kept in ``A.meta`` as futures: later calls with the same A and the
+    same row partition of B start multiplying at once.  The key holds the
+    blocks' future keys, so a rebuilt A never sees stale tiles; the tiles are
+    recomputed from A's futures if a worker is lost.
+    """
+    keys = tuple(tuple(sorted((k, f.key) for k, f in a.items())) for a in a_args)
+    ck = (lay.kind, tuple(int(x) for x in lay.koffs), keys)
+    cache = A.meta.setdefault("_spmm_prepared", {})
+    futs = cache.get(ck)
+    if futs is None or any(f.status in ("error", "cancelled", "lost") for f in futs):
+        cache.clear()  # one partition of B at a time: don't pile up copies of A
+        futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, r, workers=[lay.workers[r]],
+                              allow_other_workers=False, pure=False, key=f"spmm-prepare-{uuid.uuid4().hex[:12]}-{r}")
+                for r in range(lay.size)]
+        cache[ck] = futs
+    return list(futs)
+
+
 def _as_dask_array(blocks: list, lay: _Layout, dtype: Any) -> Any:
     import dask
     import dask.array as da
@@ -471,23 +529,19 @@ class _Clock:
 class _TileStore:
     """A rank's tiles, prepared for multiplication.
 
-    A tiles are kept as ``(csr, rows)``: ``csr`` has compressed column ids,
-    ``rows`` are the rows of B(l, .) its columns touch, so a consumer needs
-    ``B(l, j)[rows]`` only.
+    A tiles are kept as ``(csr, rows, direct)``: ``csr`` has compressed column
+    ids, ``rows`` are the rows of B(l, .) its columns touch, so a consumer
+    needs ``B(l, j)[rows]`` only; ``direct`` (or None) is ``rows[csr.indices]``,
+    the column index into the whole B tile, kept for the tile whose B is local.
     """
 
-    def __init__(self, lay: _Layout, rank: int, a_in: dict, b_in: dict, clock: _Clock) -> None:
+    def __init__(self, lay: _Layout, rank: int, a_in: Any, b_in: dict, clock: _Clock) -> None:
         self.lay, self.rank = lay, rank
         self.b = dict(b_in)
-        self.a: dict = {}
         with clock("prepare"):
-            for key, blk in a_in.items():
-                if lay.kind == "1d":
-                    # the row block holds global column ids: cut it into the L inner tiles at once
-                    for l, tile in enumerate(_split_tiles(blk, lay.koffs)):
-                        self.a[(key[0], l)] = tile
-                else:
-                    self.a[key] = _split_tiles(blk, np.array([0, blk.shape[1]]))[0]
+            prep = a_in if isinstance(a_in, _PreparedA) else _prepare_rank_tiles(a_in, lay, rank)
+        self.a: dict = prep.tiles
+        self.finite, self.dtypes = prep.finite, prep.dtypes
 
 
 class _Service:
@@ -518,9 +572,10 @@ class _Service:
         except BaseException as e:  # surfaced by close()
             self.errors.append(e)
 
-    def _answer(self, msg: tuple) -> Any:
+    def _answer(self, msg: tuple, local: bool = False) -> Any:
         if msg[0] == "A":
-            return self.store.a[(msg[1], msg[2])]
+            tile = self.store.a[(msg[1], msg[2])]
+            return tile if local else (tile[0], tile[1], None)  # a peer has no use for our direct index
         if msg[0] == "B":
             tile = self.store.b[(msg[1], msg[2])]
             rows = msg[3]
@@ -550,7 +605,7 @@ class _Service:
     def get(self, owner: int, msg: tuple, clock: _Clock) -> Any:
         """Start a get; returns a handle for :meth:`wait`."""
         if owner == self.comm.rank:
-            return ("local", self._answer(msg))
+            return ("local", self._answer(msg, local=True))
         with clock("issue"):
             self.comm.send(owner, msg, tag=self.REQ)
         return ("remote", owner)
@@ -579,16 +634,20 @@ def _spmm_rank(comm: Any, rank_arg: tuple, lay: _Layout, algorithm: str, check_f
     t_start = time.perf_counter()
     clock = _Clock()
     sent0 = comm.stats["bytes_sent"]
+    store = _TileStore(lay, comm.rank, a_in, b_in, clock)
     with clock("prepare"):
-        bad = [name for name, chk, tiles in (("A", check_finite[0], a_in), ("B", check_finite[1], b_in))
-               if chk and not all(_all_finite(t) for t in tiles.values())]
-        bad = comm.allreduce(bad, op=operator.add)
+        bad = ["A"] if check_finite[0] and not store.finite else []
+        if check_finite[1] and not all(_all_finite(t) for t in b_in.values()):
+            bad.append("B")
+        # one collective for both: every rank's bad inputs and dtypes
+        got = comm.allreduce([(bad, store.dtypes + [t.dtype for t in b_in.values()])], op=operator.add)
+    bad = [name for b, _ in got for name in b]
     if bad:
         raise ValueError(f"{' and '.join(sorted(set(bad)))} contains NaN or infinite values")
-    store = _TileStore(lay, comm.rank, a_in, b_in, clock)
     i, j = lay.c_tile(comm.rank)
     shape = (int(lay.roffs[i + 1] - lay.roffs[i]), int(lay.joffs[j + 1] - lay.joffs[j]))
-    dtype = _result_dtype(a_in, b_in, comm)
+    dtype = np.result_type(*[dt for _, dts in got for dt in dts])
+    dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
     like = next(iter(b_in.values()), None)
     xp = namespace(like) if like is not None else np
     counters = {"units": 0, "steals": 0}
@@ -619,13 +678,6 @@ def _abort_own_box(comm: Any) -> None:
             box.cond.notify_all()
 
 
-def _result_dtype(a_in: dict, b_in: dict, comm: Any) -> np.dtype:
-    dts = [t.dtype for t in list(a_in.values()) + list(b_in.values())]
-    dts = comm.allreduce(dts, op=operator.add)
-    dt = np.result_type(*dts)
-    return dt if dt.kind == "f" else np.dtype(np.float64)
-
-
 def _stationary_c(comm, store, shape, dtype, xp, clock, counters) -> Any:
     lay = store.lay
     svc = _Service(comm, store)
@@ -638,7 +690,7 @@ def _stationary_c(comm, store, shape, dtype, xp, clock, counters) -> Any:
         return l, svc.get(lay.owner_a(i, l), ("A", i, l), clock)
 
     def fetch_b(l, a):
-        tile, rows = a
+        rows = a[1]
         local = lay.owner_b(l, j) == comm.rank
         return svc.get(lay.owner_b(l, j), ("B", l, j, None if local else rows), clock), local
 
@@ -948,13 +1000,35 @@ def _split_tiles_xp(indptr: Any, indices: Any, data: Any, koffs: Any) -> tuple:
     return indptrs, starts, nrows, rows, out_idx, out_val
 
 
+def _direct_index(tile: tuple) -> Any:
+    """``rows[csr.indices]``: the tile's column ids as rows of the whole B tile."""
+    csr, rows = tile[0], tile[1]
+    xp = namespace(csr.indices)
+    idx = xp.asarray(rows)[csr.indices]
+    small = len(rows) == 0 or int(rows[-1]) < 2**31  # rows are sorted
+    return idx.astype(xp.int32 if small else xp.int64)
+
+
 def _multiply(a: tuple, b: Any, b_full: bool, C: Any, *, accumulate: bool) -> None:
     """``C (+)= A_tile @ B``: ``b`` is the whole B tile (``b_full``, rows picked
-    through the tile's row list) or just the rows the tile needs."""
-    tile, rows = a
+    through the tile's row list) or just the rows the tile needs.
+
+    CPU: one pass of a numba kernel straight into ``C`` (no temporaries).
+    GPU: cupyx's CSR @ dense on the gathered rows.
+    """
+    tile, rows = a[0], a[1]
     if namespace(b) is np and namespace(C) is np:
-        rowmap = np.asarray(rows, np.int64) if b_full else np.empty(0, np.int64)
-        _spmm_nb(tile.indptr, tile.indices, tile.data, b, rowmap, C, accumulate)
+        if b_full:
+            idx = a[2] if len(a) > 2 and a[2] is not None else _direct_index(a)
+        else:
+            idx = tile.indices
+        if idx.dtype != np.int32 and b.shape[0] < 2**31:
+            idx = idx.astype(np.int32)
+        indptr = tile.indptr if tile.indptr.dtype == np.int64 else tile.indptr.astype(np.int64)
+        data = tile.data if tile.data.dtype == C.dtype else tile.data.astype(C.dtype)
+        if b.dtype != C.dtype or not b.flags.c_contiguous:
+            b = np.ascontiguousarray(b, dtype=C.dtype)
+        _FIXED_K.get(int(C.shape[1]), _spmm_nb)(indptr, idx, data, b, C, accumulate, _PREFETCH_DIST)
         return
     xp = namespace(b)
     bsub = xp.take(b, xp.asarray(rows), axis=0) if b_full else b
@@ -965,23 +1039,123 @@ def _multiply(a: tuple, b: Any, b_full: bool, C: Any, *, accumulate: bool) -> No
         C[...] = prod
 
 
-@numba.njit(cache=True, nogil=True)
-def _spmm_nb(indptr, indices, data, B, rowmap, C, accumulate):  # pragma: no cover - compiled
+# How many nonzeros ahead the CPU kernel prefetches B rows: B is read at random,
+# one row per nonzero, and the hardware prefetcher cannot guess the next row.
+_PREFETCH_DIST = 16
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i, j):  # pragma: no cover - compiled
+    """``llvm.prefetch`` (read, keep in all cache levels) of ``arr[i, j]``."""
+    sig = types.void(arr, i, j)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ii = context.cast(builder, args[1], signature.args[1], types.intp)
+        jj = context.cast(builder, args[2], signature.args[2], types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [ii, jj], wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        # the intrinsic's name mangles the pointer type: "p0" once LLVM has opaque pointers
+        # (llvmlite >= 0.44, which grew this flag), "p0i8" before
+        import llvmlite
+
+        name = "llvm.prefetch.p0" if hasattr(llvmlite, "ir_layer_typed_pointers_enabled") else "llvm.prefetch.p0i8"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            name)
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(inline="always")
+def _spmm_body(indptr, indices, data, B, C, accumulate, dist, K):  # pragma: no cover - compiled
+    """``C (+)= A @ B`` for CSR A: a row loop, B's rows prefetched ``dist``
+    nonzeros ahead, the K loop innermost over contiguous rows (SIMD) into a
+    row accumulator that is written to C once."""
     m = indptr.size - 1
-    k = C.shape[1]
-    use_map = rowmap.size > 0
-    acc = np.empty(k, C.dtype)
+    nnz = indptr[m]
+    line = max(1, 64 // B.itemsize)  # elements per cache line
+    acc = np.empty(K, C.dtype)
     for i in range(m):
         if accumulate:
-            for t in range(k):
+            for t in range(K):
                 acc[t] = C[i, t]
         else:
-            acc[:] = 0
+            for t in range(K):
+                acc[t] = 0
         for p in range(indptr[i], indptr[i + 1]):
+            q = p + dist
+            if q < nnz:
+                rq = indices[q]
+                for t in range(0, K, line):
+                    _prefetch(B, rq, t)
             c = indices[p]
-            r = rowmap[c] if use_map else c
             v = data[p]
-            for t in range(k):
-                acc[t] += v * B[r, t]
-        for t in range(k):
+            for t in range(K):
+                acc[t] += v * B[c, t]
+        for t in range(K):
             C[i, t] = acc[t]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_nb(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, C.shape[1])
+
+
+# The same kernel with k a compile-time constant (inlined): the k loop unrolls
+# fully and the accumulator's size is known -- markedly faster at these widths.
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k16(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 16)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k32(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 32)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k64(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 64)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k128(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 128)
+
+
+_FIXED_K = {16: _spmm_k16, 32: _spmm_k32, 64: _spmm_k64, 128: _spmm_k128}
+_WARM: set = set()
+
+
+def _warm_kernels(dtype: Any = None, widths: Sequence[int] = ()) -> None:
+    """Compile (or load from numba's cache) the CPU kernels in this process,
+    before a group starts: worker processes compiling the same cached
+    function at the same moment can leave a corrupt cache behind.  Covers the
+    signatures :func:`_multiply` produces (int64 indptr, int32 indices,
+    float32/float64, B writeable or read-only as it may arrive from a peer)
+    and, for result ``dtype``, the fixed-width kernels of C's block ``widths``."""
+    import scipy.sparse as sp
+
+    todo = [("base", np.dtype(dt), 3) for dt in (np.float32, np.float64)]
+    if dtype is not None:
+        todo += [("fixed", np.dtype(dtype), int(w)) for w in set(widths) if int(w) in _FIXED_K]
+    A = sp.random(6, 5, 0.5, format="csr", random_state=0)
+    for kind, dt, k in todo:
+        if (kind, dt.str, k) in _WARM:
+            continue
+        blk = A.astype(dt)
+        if kind == "base":
+            _all_finite(blk)
+            _all_finite(np.ones((2, 2), dt))
+        t0, r0 = _split_tiles(blk, np.array([0, 5]))[0]
+        idx = np.asarray(r0, np.int64)[t0.indices].astype(np.int32)
+        for writeable in (True, False):
+            B = np.ones((5, k), dt)
+            B.setflags(write=writeable)
+            C = np.zeros((6, k), dt)
+            kern = _spmm_nb if kind == "base" else _FIXED_K[k]
+            kern(t0.indptr.astype(np.int64), idx, t0.data, B, C, False, _PREFETCH_DIST)
+        _WARM.add((kind, dt.str, k))
