@@ -149,6 +149,8 @@ def test_recall_helper():
     (np.ones((5, 2)), {"k": 2, "metric": "manhattan"}, "metric"),
     (np.array([[0.0, 0.0], [1.0, 2.0], [2.0, 2.0]]), {"k": 1, "metric": "cosine"}, "non-zero rows"),
     (np.ones((5, 2)), {"k": 2, "groups": 3}, "power of two"),
+    (np.ones((5, 2)), {"k": 2, "local_join": -1}, "local_join"),
+    (np.ones((5, 2)), {"k": 2, "entry_cells": 0}, "entry_cells"),
 ])
 def test_bad_input(bad, kwargs, match):
     with pytest.raises(ValueError, match=match):

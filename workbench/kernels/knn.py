@@ -23,11 +23,17 @@ GPU-Accelerated Systems" (LLNL, 2026) on Dask workers talking through
 * **Approximate mode** (default): SOLANET's structure.  A distributed k-means
   (allreduce of centroid sums) gives global cells; each worker builds its local
   kNN graph by brute force inside each cell and its ``n_probe`` nearest cells
-  (a cheaper local build than NN-descent); then a binary merge tree: at level
+  (a cheaper local build than NN-descent), then ``local_join`` NN-descent
+  joins (neighbours of neighbours, exact float64) mend lists whose neighbours
+  lie outside the probed cells; then a binary merge tree: at level
   ``l`` each rank pulls the points and graphs of its partner group, runs a
   batched greedy graph search (pool ``ef`` ~ 3k) for its points in the
   partner's graph, merges the candidates and sends reverse candidates back,
   until ``groups`` groups remain; a final refinement queries every other group.
+  The search starts from pivots of the partner's points in the query's
+  ``entry_cells`` nearest global cells and from the results of the query's
+  local neighbours searched before it (queries run cell by cell; the
+  partner's points are reordered by cell so a walk stays in cache).
 
 Examples
 --------
@@ -58,8 +64,8 @@ from ..partition import RowBlocks, as_row_blocks
 __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture", "brute_force_knn"]
 
 _METRICS = ("euclidean", "cosine")
-_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 8, "ef": None, "n_entry": 3, "groups": 1, "kmeans_iter": 8,
-                    "kmeans_sample": 20000, "reverse": True}
+_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 8, "ef": None, "n_entry": 3, "entry_cells": 3, "groups": 1,
+                    "kmeans_iter": 8, "kmeans_sample": 20000, "reverse": True, "local_join": 2}
 _EXACT_DEFAULTS = {"margin": None, "tile_rows": 256, "tile_cols": 2048, "engine": "auto", "prune": True}
 
 
@@ -121,9 +127,12 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
         ``tile_cols``, ``engine`` ("auto" | "numba" | "xp"), ``prune``
         (skip block pairs that provably hold no candidate, True).  Approximate mode: ``n_cells`` (global
         k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (cells searched in
-        the local build, 8), ``ef`` (search pool, default ``3k``), ``n_entry``
-        (entry points per query, 3), ``groups`` (G: merge until this many
-        groups remain, 1), ``kmeans_iter``, ``kmeans_sample``, ``reverse``.
+        the local build, 8), ``local_join`` (NN-descent joins on each local
+        graph after the cell build, 2; 0 disables), ``ef`` (search pool,
+        default ``3k``), ``n_entry`` (entry points per query, 3),
+        ``entry_cells`` (nearest global cells whose pivots seed the search, 3),
+        ``groups`` (G: merge until this many groups remain, 1),
+        ``kmeans_iter``, ``kmeans_sample``, ``reverse``.
 
     Returns
     -------
@@ -327,11 +336,14 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: d
         ref = reference.indices if isinstance(reference, KNNGraph) else np.asarray(reference)
         if ref.ndim != 2 or ref.shape[0] != n or ref.shape[1] < k:
             raise ValueError(f"reference must be (n={n}, >= k={k}) neighbour indices, got {ref.shape}")
+    if not exact and (not isinstance(opts["local_join"], int | np.integer) or opts["local_join"] < 0):
+        raise ValueError(f"local_join must be an int >= 0, got {opts['local_join']!r}")
     for name in ("margin", "n_cells", "ef"):
         v = opts.get(name)
         if v is not None and (not isinstance(v, int | np.integer) or v < (0 if name == "margin" else 1)):
             raise ValueError(f"{name} must be a positive int or None, got {v!r}")
-    for name in ("tile_rows", "tile_cols", "n_probe", "n_entry", "groups", "kmeans_iter", "kmeans_sample"):
+    for name in ("tile_rows", "tile_cols", "n_probe", "n_entry", "entry_cells", "groups", "kmeans_iter",
+                 "kmeans_sample"):
         v = opts.get(name)
         if name in opts and (not isinstance(v, int | np.integer) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
@@ -405,12 +417,14 @@ def _warm_kernels(dtype: np.dtype) -> None:
     opts = {**_APPROX_DEFAULTS, "n_cells": 2, "n_probe": 1, "d": 3}
     ind, _, _ = _approx_rank(_SoloComm(), (X, offs), 40, 3, "euclidean", opts, 0)
     Xc = X.astype(np.float32)
-    adj = _local_adjacency(ind, np.arange(40, dtype=np.int64), 3)
+    adj = _local_adjacency(_to_local(ind, np.arange(40, dtype=np.int64)), 3)
     res_i = np.full((40, 3), -1, dtype=np.int64)
-    _beam_search(Xc, Xc, adj, np.zeros((40, 1), dtype=np.int64), 6, res_i, np.zeros((40, 3), np.float32))
+    _beam_search(Xc, Xc, adj, np.zeros((40, 1), dtype=np.int64), np.zeros((40, 1), dtype=np.int64) - 1, 6, res_i,
+                 np.zeros((40, 3), np.float32))
     dd = _pair_sqdist(X, X, np.arange(40), np.arange(40)[::-1].copy())
     _merge_candidates(ind, np.zeros((40, 3)), np.arange(40), np.arange(40, dtype=np.int64), dd)
-    _row_smallest(np.zeros((2, 3), dtype=np.float32), 2)
+    _cell_entries(Xc, np.zeros(40, np.int64), Xc, np.zeros((1, 1), np.int64), np.array([0, 40]),
+                  np.arange(40, dtype=np.int64), np.zeros((40, 2), np.int64))
     G = np.zeros((2, 2))
     lists = _new_lists(np, 2, 2)
     _scan_kernel(G, G[0], G[0], np.arange(2), np.arange(2), X[:2], X[:2],
@@ -734,7 +748,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     P, r = comm.size, comm.rank
     gids = np.arange(off, off + nl, dtype=np.int64)
     ef = int(opts["ef"] or 3 * k)
-    counters = {"distance_evaluations": 0}
+    counters = {"distance_evaluations": 0, "search_cpu_s": 0.0}
 
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
     C = int(opts["n_cells"] or max(1, round(math.sqrt(n) / 2)))
@@ -749,6 +763,9 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     # local build: brute force inside each cell and its nearest cells
     t1 = time.perf_counter()
     ind, d2 = _local_build(Xc, xn, X, gids, labels, probe_order[:, :int(opts["n_probe"])], k, counters)
+    lorder = np.argsort(labels, kind="stable").astype(np.int64)
+    for _ in range(int(opts["local_join"])):
+        counters["distance_evaluations"] += int(_local_join(X, Xc, ind, d2, off, lorder))
     t_local = time.perf_counter() - t1
 
     # merge tree: groups of 2**l ranks pair up with their partner group
@@ -1069,19 +1086,37 @@ def _query_groups(comm: Any, targets: list[int], X, Xc, mean, gids, offsets, lab
     yind = np.concatenate([ind[:0]] + [got[q][2] for q in targets], axis=0)
     ylab = np.concatenate([labels[:0]] + [got[q][3] for q in targets])
     # the search runs on the centred float32 points of both sides
-    Yc = np.ascontiguousarray((Y.astype(np.float64) - mean).astype(np.float32))
-    adj = _local_adjacency(yind, ygids, k)
-    entries = _entry_points(Xc, Yc, ylab, probe_order.shape[0], int(opts["n_entry"]))
-    counters["distance_evaluations"] += int(entries.size and Xc.shape[0] * 8 * probe_order.shape[0])
+    # (partner points in cell order: graph neighbours then sit close in memory)
+    yperm = np.argsort(ylab, kind="stable")
+    yinv = np.empty_like(yperm)
+    yinv[yperm] = np.arange(yperm.shape[0])
+    Yc = np.ascontiguousarray((Y[yperm].astype(np.float64) - mean).astype(np.float32))
+    yloc = _to_local(yind, ygids)[yperm]
+    adj = _local_adjacency(np.where(yloc >= 0, yinv[np.maximum(yloc, 0)], -1), k)
+    entries = _entry_points(Xc, labels, Yc, ylab[yperm], probe_order, int(opts["n_entry"]),
+                            int(opts["entry_cells"]))
+    counters["distance_evaluations"] += int(entries.size and Xc.shape[0] * 8 * int(opts["entry_cells"]))
     # queries of one cell after another: consecutive searches walk the same
     # region of the partner's graph, which then stays in cache
     qo = np.argsort(labels, kind="stable")
     res_i = np.full((Xc.shape[0], k), -1, dtype=np.int64)
     res_d = np.full((Xc.shape[0], k), np.inf, dtype=np.float32)
     ri_o, rd_o = res_i.copy(), res_d.copy()
+    # batched search: a query's local neighbours searched before it hand over
+    # their results as extra entry points (near-optimal starts: few expansions)
+    nl, off = Xc.shape[0], int(offsets[r])
+    inv = np.empty(nl, dtype=np.int64)
+    inv[qo] = np.arange(nl)
+    L = ind[qo, :min(3, k)]
+    own = (L >= off) & (L < off + nl)
+    nbr_pos = np.ascontiguousarray(np.where(own, inv[np.clip(L - off, 0, max(nl - 1, 0))], -1))
+    ts = time.thread_time()
     counters["distance_evaluations"] += int(_beam_search(np.ascontiguousarray(Xc[qo]), Yc, adj,
-                                                         np.ascontiguousarray(entries[qo]), max(ef, k), ri_o, rd_o))
-    res_i[qo], res_d[qo] = ri_o, rd_o
+                                                         np.ascontiguousarray(entries[qo]), nbr_pos,
+                                                         max(ef, k), ri_o, rd_o))
+    counters["search_cpu_s"] = counters.get("search_cpu_s", 0.0) + time.thread_time() - ts
+    if yperm.shape[0]:
+        res_i[qo], res_d[qo] = np.where(ri_o >= 0, yperm[np.maximum(ri_o, 0)], -1), rd_o
     # candidates with exact distances, into our lists
     valid = res_i >= 0
     qi = np.repeat(np.arange(Xc.shape[0]), k)[valid.ravel()]
@@ -1101,93 +1136,110 @@ def _query_groups(comm: Any, targets: list[int], X, Xc, mean, gids, offsets, lab
                 _merge_candidates(ind, d2, tgt - lo, src, dist)
 
 
-def _entry_points(Qc: np.ndarray, Yc: np.ndarray, ylab: np.ndarray, n_cells: int, n_entry: int,
-                  per_cell: int = 8, seed: int = 0) -> np.ndarray:
-    """Per query: the ``n_entry`` nearest of a few pivot points of every cell of
-    the partner's points.  kNN graphs of clustered data fall apart into
-    clusters, so the search must start in the query's own cluster; pivots from
-    every cell (a cell may straddle two clusters) find it with one small GEMM."""
+def _entry_points(Qc: np.ndarray, qlab: np.ndarray, Yc: np.ndarray, ylab: np.ndarray, probe_order: np.ndarray,
+                  n_entry: int, entry_cells: int, per_cell: int = 8, seed: int = 0) -> np.ndarray:
+    """Per query: the ``n_entry`` nearest of a few pivot points of the partner's
+    points in the query's ``entry_cells`` nearest global cells (its own first).
+    kNN graphs of clustered data fall apart into clusters, so the search must
+    start in the query's own cluster; the global cells (shared by all ranks)
+    locate it with ~``entry_cells * per_cell`` distances per query instead of a
+    GEMM against pivots of every cell."""
+    n_cells = probe_order.shape[0]
     if Yc.shape[0] == 0:
         return np.full((Qc.shape[0], 0), -1, dtype=np.int64)
     rng = np.random.default_rng([seed, 0x9E7])
     order = np.argsort(ylab, kind="stable")
     starts = np.searchsorted(ylab[order], np.arange(n_cells + 1))
-    piv = []
+    piv = [np.zeros(0, np.int64)]
     for c in range(n_cells):
         mem = order[starts[c]:starts[c + 1]]
         if len(mem):
-            piv.append(mem[rng.choice(len(mem), size=min(per_cell, len(mem)), replace=False)])
-    piv = np.sort(np.concatenate(piv))
-    Pc = Yc[piv]
-    pn = (Pc * Pc).sum(axis=1)
-    e = min(n_entry, len(piv))
-    out = np.empty((Qc.shape[0], e), dtype=np.int64)
-    for s in range(0, Qc.shape[0], 8192):
-        D = pn[None, :] - 2.0 * (Qc[s:s + 8192] @ Pc.T)
-        out[s:s + 8192] = piv[_row_smallest(D, e)]
+            piv.append(np.sort(mem[rng.choice(len(mem), size=min(per_cell, len(mem)), replace=False)]))
+    sizes = np.bincount(ylab[np.concatenate(piv)], minlength=n_cells) if len(piv) > 1 else np.zeros(n_cells, int)
+    pstart = np.zeros(n_cells + 1, dtype=np.int64)
+    pstart[1:] = np.cumsum(sizes)
+    piv = np.concatenate(piv).astype(np.int64)
+    e = max(1, min(n_entry, len(piv)))
+    out = np.full((Qc.shape[0], e), -1, dtype=np.int64)
+    probes = np.ascontiguousarray(probe_order[:, :max(1, min(entry_cells, n_cells))])
+    _cell_entries(Qc, np.ascontiguousarray(qlab, dtype=np.int64), Yc, probes, pstart, piv, out)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _row_smallest(D, e):
-    # column indices of the e smallest entries of each row, nearest first
-    nr, nc = D.shape
-    out = np.empty((nr, e), dtype=np.int64)
-    best = np.empty(e, dtype=np.float64)
-    for i in range(nr):
+def _cell_entries(Q, qlab, Y, probes, pstart, piv, out):
+    # nearest pivots among the query's probe cells; if they hold none, the
+    # cells after them in the same probe order are tried
+    nq = Q.shape[0]
+    e = out.shape[1]
+    best = np.empty(e, dtype=np.float32)
+    for q in range(nq):
+        c0 = qlab[q]
         for t in range(e):
             best[t] = np.inf
-            out[i, t] = t
-        for j in range(nc):
-            v = D[i, j]
-            if v < best[e - 1]:
-                p = e - 1
-                while p > 0 and best[p - 1] > v:
-                    best[p] = best[p - 1]
-                    out[i, p] = out[i, p - 1]
-                    p -= 1
-                best[p] = v
-                out[i, p] = j
-    return out
+            out[q, t] = -1
+        found = 0
+        for s in range(probes.shape[1]):
+            c = probes[c0, s]
+            for u in range(pstart[c], pstart[c + 1]):
+                j = piv[u]
+                v = _sqdist32(Q, q, Y, j)
+                found += 1
+                if v < best[e - 1]:
+                    p = e - 1
+                    while p > 0 and best[p - 1] > v:
+                        best[p] = best[p - 1]
+                        out[q, p] = out[q, p - 1]
+                        p -= 1
+                    best[p] = v
+                    out[q, p] = j
+        if found == 0:
+            # fallback: pivots of any cell (rare: the probe cells of the partner are empty)
+            for u in range(min(piv.shape[0], e)):
+                out[q, u] = piv[(u * 7919 + q) % piv.shape[0]]
+
+
+def _to_local(yind: np.ndarray, ygids: np.ndarray) -> np.ndarray:
+    """Global neighbour ids -> rows of the pulled points (-1 where not pulled).
+    The pulled points are whole blocks, i.e. a few contiguous id ranges."""
+    if ygids.shape[0] == 0:
+        return np.full(yind.shape, -1, dtype=np.int64)
+    brk = np.flatnonzero(np.diff(ygids) != 1) + 1
+    rs = np.concatenate([[0], brk])                 # run starts (rows)
+    re = np.concatenate([brk, [ygids.shape[0]]])
+    gs, ge = ygids[rs], ygids[re - 1] + 1
+    o = np.argsort(gs)
+    gs, ge, rs = gs[o], ge[o], rs[o]
+    run = np.clip(np.searchsorted(gs, yind, side="right") - 1, 0, len(gs) - 1)
+    ok = (yind >= 0) & (yind >= gs[run]) & (yind < ge[run])
+    return np.where(ok, yind - gs[run] + rs[run], -1).astype(np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
-def _local_adjacency(yind, ygids, k):
-    # kNN lists (global ids) -> local out-edges plus up to k reverse edges
-    ny = yind.shape[0]
-    order = np.argsort(ygids)
-    sg = ygids[order]
+def _local_adjacency(yloc, k):
+    # kNN lists (rows of the pulled points) -> out-edges plus up to k reverse edges
+    ny = yloc.shape[0]
     deg = 2 * k
     adj = np.full((ny, deg), -1, dtype=np.int64)
     cnt = np.zeros(ny, dtype=np.int64)
     for i in range(ny):
-        for t in range(yind.shape[1]):
-            g = yind[i, t]
-            if g < 0:
-                continue
-            p = np.searchsorted(sg, g)
-            if p < ny and sg[p] == g:
-                j = order[p]
-                if cnt[i] < deg:
-                    adj[i, cnt[i]] = j
-                    cnt[i] += 1
+        for t in range(yloc.shape[1]):
+            j = yloc[i, t]
+            if j >= 0 and cnt[i] < deg:
+                adj[i, cnt[i]] = j
+                cnt[i] += 1
     for i in range(ny):
-        for t in range(yind.shape[1]):
-            g = yind[i, t]
-            if g < 0:
-                continue
-            p = np.searchsorted(sg, g)
-            if p < ny and sg[p] == g:
-                j = order[p]
-                if cnt[j] < deg:
-                    dup = False
-                    for u in range(cnt[j]):
-                        if adj[j, u] == i:
-                            dup = True
-                            break
-                    if not dup:
-                        adj[j, cnt[j]] = i
-                        cnt[j] += 1
+        for t in range(yloc.shape[1]):
+            j = yloc[i, t]
+            if j >= 0 and cnt[j] < deg:
+                dup = False
+                for u in range(cnt[j]):
+                    if adj[j, u] == i:
+                        dup = True
+                        break
+                if not dup:
+                    adj[j, cnt[j]] = i
+                    cnt[j] += 1
     return adj
 
 
@@ -1203,7 +1255,7 @@ def _sqdist32(A, i, B, j):
 
 
 @numba.njit(cache=True, nogil=True)
-def _beam_search(Q, Y, adj, entries, ef, out_i, out_d):
+def _beam_search(Q, Y, adj, entries, nbr_pos, ef, out_i, out_d):
     # greedy best-first search with a sorted pool of ef candidates (DiskANN's
     # GreedySearch), one query at a time; a stamp array marks visited points
     nq = Q.shape[0]
@@ -1227,6 +1279,19 @@ def _beam_search(Q, Y, adj, entries, ef, out_i, out_d):
             dj = _sqdist32(Q, q, Y, j)
             evals += 1
             size = _pool_insert(pool_d, pool_i, pool_done, size, dj, j)
+        for e in range(nbr_pos.shape[1]):
+            s = nbr_pos[q, e]
+            if s < 0 or s >= q:
+                continue
+            for t in range(min(2, k)):
+                j = out_i[s, t]
+                if j < 0 or stamp[j] == mark:
+                    continue
+                stamp[j] = mark
+                dj = _sqdist32(Q, q, Y, j)
+                evals += 1
+                if size < ef or dj < pool_d[size - 1]:
+                    size = _pool_insert(pool_d, pool_i, pool_done, size, dj, j)
         if size == 0:
             j = q % ny
             stamp[j] = mark
@@ -1282,6 +1347,47 @@ def _pair_sqdist(X, Y, qi, yi):
     for t in range(qi.shape[0]):
         out[t] = _sqdist64(X, qi[t], Y, yi[t])
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _local_join(X, Xc, ind, d2, off, order):
+    # one NN-descent join on the local graph: every neighbour of a neighbour
+    # (both on this rank) is a candidate, measured exactly in float64 and
+    # merged in place; mends the lists where a point's neighbours lie outside
+    # its probed cells (weakly clustered or uniform data)
+    nl, k = ind.shape
+    evals = 0
+    stamp = np.full(nl, -1, dtype=np.int64)
+    for ii in range(nl):
+        i = order[ii]                   # cell by cell: the neighbourhoods stay in cache
+        stamp[i] = i
+        for t in range(k):
+            g = ind[i, t] - off
+            if 0 <= g < nl:
+                stamp[g] = i
+        for t in range(k):
+            j = ind[i, t] - off
+            if j < 0 or j >= nl:
+                continue
+            for u in range(k):
+                l = ind[j, u] - off
+                if l < 0 or l >= nl or stamp[l] == i:
+                    continue
+                stamp[l] = i
+                evals += 1
+                # float32 screen (vectorised); exact float64 only for the few that may enter
+                if _sqdist32(Xc, i, Xc, l) > d2[i, k - 1] * (1.0 + 1e-4) + 1e-6:
+                    continue
+                dd = _sqdist64(X, i, X, l)
+                if dd < d2[i, k - 1]:
+                    p = k - 1
+                    while p > 0 and (d2[i, p - 1] > dd or (d2[i, p - 1] == dd and ind[i, p - 1] > l + off)):
+                        d2[i, p] = d2[i, p - 1]
+                        ind[i, p] = ind[i, p - 1]
+                        p -= 1
+                    d2[i, p] = dd
+                    ind[i, p] = l + off
+    return evals
 
 
 @numba.njit(cache=True, nogil=True)
