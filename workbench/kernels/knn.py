@@ -64,7 +64,9 @@ from ..partition import RowBlocks, as_row_blocks
 __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture", "brute_force_knn"]
 
 _METRICS = ("euclidean", "cosine")
-_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 8, "ef": None, "n_entry": 3, "entry_cells": 3, "groups": 1,
+# n_probe 16 (not 8): recall 0.89 -> 0.96 on a 5-cluster mixture and 0.80 -> 0.89 on
+# uniform data (20k points), for ~18% more time on the 100k benchmark
+_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 16, "ef": None, "n_entry": 3, "entry_cells": 3, "groups": 1,
                     "kmeans_iter": 8, "kmeans_sample": 20000, "reverse": True, "local_join": 2}
 _EXACT_DEFAULTS = {"margin": None, "tile_rows": 256, "tile_cols": 2048, "engine": "auto", "prune": True}
 
@@ -127,7 +129,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
         ``tile_cols``, ``engine`` ("auto" | "numba" | "xp"), ``prune``
         (skip block pairs that provably hold no candidate, True).  Approximate mode: ``n_cells`` (global
         k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (cells searched in
-        the local build, 8), ``local_join`` (NN-descent joins on each local
+        the local build, 16), ``local_join`` (NN-descent joins on each local
         graph after the cell build, 2; 0 disables), ``ef`` (search pool,
         default ``3k``), ``n_entry`` (entry points per query, 3),
         ``entry_cells`` (nearest global cells whose pivots seed the search, 3),
