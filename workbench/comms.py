@@ -804,10 +804,19 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
                 _abort_group(futures, f"worker(s) {lost} left the cluster")
                 for f in futures:
                     f.cancel()
+                _forget_infos(futures)
                 raise WorkerLostError(f"SPMD group {futures.group} lost worker(s) {lost}")
-    for f in futures:
-        if f.status == "error":
-            f.result()  # re-raise the first real error
+    if any(f.status == "error" for f in futures):
+        _forget_infos(futures)
+        next(f for f in futures if f.status == "error").result()  # re-raise the first real error
+
+
+def _forget_infos(futures: _SPMDFutures) -> None:
+    """Drop what the ranks of a failed group published: split_results never runs for it."""
+    posted = getattr(futures.client, "_workbench_infos", None)
+    if posted is not None and futures.published:
+        for r in range(len(futures)):
+            posted.pop((futures.group, r), None)
 
 
 def _abort_group(futures: _SPMDFutures, reason: str) -> None:
