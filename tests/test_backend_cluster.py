@@ -85,3 +85,24 @@ def test_gpu_cluster_one_worker_per_device():
     with wb.cluster("gpu", quiet=True) as client:
         n = cupy.cuda.runtime.getDeviceCount()
         assert len(worker_addresses(client)) == n
+
+
+def test_empty_pools_large_host_buffers():
+    from workbench.backend import _HOST_POOL, empty
+
+    _HOST_POOL.clear()
+    a = empty((1 << 21, 2), np.float32)           # 16 MiB: pooled
+    assert a.shape == (1 << 21, 2) and a.dtype == np.float32 and a.flags.writeable
+    addr = a.ctypes.data
+    view = a[::3]
+    del a
+    assert _HOST_POOL._held == 0                  # a live view keeps the buffer leased
+    view[:] = 1.0
+    del view
+    assert _HOST_POOL._held == 16 << 20
+    b = empty((1 << 21,), np.float64)             # same rounded size: the same memory again
+    assert b.ctypes.data == addr and _HOST_POOL._held == 0
+    small = empty((10, 3))
+    assert isinstance(small, np.ndarray) and small.base is None
+    del b
+    _HOST_POOL.clear()

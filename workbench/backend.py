@@ -9,7 +9,9 @@ works on machines without it.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +23,7 @@ __all__ = [
     "is_device_array",
     "to_host",
     "asarray_like",
+    "empty",
     "synchronize",
     "gpu_available",
     "require_gpu",
@@ -80,6 +83,93 @@ def to_host(x: Any) -> Any:
 def asarray_like(x: Any, like: Any) -> Any:
     """``x`` as an array on the same device as ``like``."""
     return namespace(like).asarray(x)
+
+
+def empty(shape: Any, dtype: Any = np.float64, like: Any = None) -> Any:
+    """An uninitialized output array on the device of ``like`` (host when None).
+
+    Large host arrays come from a per-process pool of retained buffers, the
+    host counterpart of cupy's memory pool: on virtual machines that hand freed
+    memory back to the hypervisor (free page reporting), every fresh large
+    allocation pays a host page fault per page on first touch, about 1 ms per
+    MiB here, as much as a kernel's whole pass over its data.  A buffer returns
+    to the pool when the last view of the array dies.  Device arrays use cupy's
+    own pool.  ``WORKBENCH_HOST_POOL_MB`` caps the pool (0 turns it off).
+
+    Examples
+    --------
+    >>> x = empty((1024, 8))
+    >>> x.shape, x.dtype
+    ((1024, 8), dtype('float64'))
+    """
+    if like is not None and is_device_array(like):
+        return namespace(like).empty(shape, dtype=dtype)
+    return _HOST_POOL.empty(shape, dtype)
+
+
+class _Lease:
+    """Owner of one pooled buffer while arrays view it; gives it back when they die."""
+
+    def __init__(self, pool: _HostPool, raw: np.ndarray, shape: tuple, dtype: np.dtype) -> None:
+        self._pool, self._raw = pool, raw
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (raw.ctypes.data, False),
+                                    "version": 3}
+
+    def __del__(self) -> None:
+        self._pool._give_back(self._raw)
+
+
+class _HostPool:
+    """Freed large host buffers kept mapped (and resident) for the next allocation of the same size."""
+
+    MIN_BYTES = 8 << 20
+    GRAIN = 2 << 20  # transparent huge page size: sizes round up to it
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def limit(self) -> int:
+        return int(float(os.environ.get("WORKBENCH_HOST_POOL_MB", 2048)) * (1 << 20))
+
+    def empty(self, shape: Any, dtype: Any) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < self.MIN_BYTES or self.limit <= 0:
+            return np.empty(shape, dtype)
+        size = -(-nbytes // self.GRAIN) * self.GRAIN
+        with self._lock:
+            stack = self._free.get(size)
+            raw = stack.pop() if stack else None
+            if raw is not None:
+                self._held -= size
+        if raw is None:
+            raw = np.empty(size, np.uint8)
+        return np.asarray(_Lease(self, raw, shape, dtype))
+
+    def _give_back(self, raw: np.ndarray) -> None:
+        size = raw.nbytes
+        with self._lock:
+            if self._held + size > self.limit:
+                # make room: drop the other sizes first (a new problem size replaces the old)
+                for other in sorted(self._free, key=lambda s: s == size):
+                    while self._free[other] and self._held + size > self.limit:
+                        self._held -= self._free[other].pop().nbytes
+                if self._held + size > self.limit:
+                    return
+            self._free.setdefault(size, []).append(raw)
+            self._held += size
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+            self._held = 0
+
+
+_HOST_POOL = _HostPool()
 
 
 def synchronize(*arrays: Any) -> None:

@@ -789,7 +789,10 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
     while pending:
         try:
             _, not_done = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except TimeoutError as e:
+            # the timeout's traceback holds distributed's frames, which hold the futures:
+            # cut it, or the results stay pinned on the workers until a gc cycle
+            e.__traceback__ = e.__context__ = None
             not_done = pending
         pending = list(not_done)
         if any(f.status == "error" for f in futures):

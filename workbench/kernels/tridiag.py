@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from .. import comms
-from ..backend import namespace, to_host
+from ..backend import empty, namespace, to_host
 from ..cluster import backend_of, default_client, worker_addresses
 from ..partition import RowBlocks, _scatter_to, block_offsets
 
@@ -764,7 +764,7 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
         Y = _couple_truncated(comm, RA, RC, RD, cfg)
     phases["couple"] = time.perf_counter() - t
     t = time.perf_counter()
-    x = xp.empty((m, R, V))
+    x = empty((m, R, V), like=b)
     if m:
         Y0 = Y[rows0[:-1]]
         Y1 = Y[rows0[1:] - 1]
