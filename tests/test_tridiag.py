@@ -206,3 +206,31 @@ def test_array_engine_on_cupy():
     y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, use_numba=False)
     yh = _solve_chain(A, C, D, False, use_numba=True)
     assert np.abs(cp.asnumpy(y) - yh).max() < 1e-13
+
+
+def test_interleaved_single_system_kernels_match_the_plain_ones():
+    pytest.importorskip("numba")
+    from workbench.kernels.tridiag import _numba_kernels
+
+    K = _numba_kernels()
+    rng = np.random.default_rng(3)
+    lens = np.array([5, 5, 7, 1, 2, 2, 3, 3, 3, 9], np.int64)         # pairs, a lone block, 1- and 2-row blocks
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    m = int(lens.sum())
+    dl, du = rng.uniform(-1, 1, m), rng.uniform(-1, 1, m)
+    d = 0.3 + rng.uniform(0, 1, m)                                   # not dominant: pivots vary widely
+    b = rng.uniform(-1, 1, m)
+    rows0 = np.concatenate([[0], np.cumsum(np.minimum(lens, 2))]).astype(np.int64)
+    out = {}
+    for name, bb in (("reduce1", b[:, None]), ("reduce1p", b)):
+        RA, RC, RD, chk = np.zeros(rows0[-1]), np.zeros(rows0[-1]), np.zeros((rows0[-1],) + bb.shape[1:]), \
+            np.zeros(lens.size)
+        K[name](dl, d, du, bb, starts, lens, rows0, RA, RC, RD, chk)
+        out[name] = (RA, RC, RD.reshape(-1), chk)
+    for a, c in zip(out["reduce1"], out["reduce1p"], strict=True):
+        assert np.array_equal(a, c)
+    Y0, Y1 = rng.uniform(-1, 1, lens.size), rng.uniform(-1, 1, lens.size)
+    x1, x2 = np.zeros((m, 1)), np.zeros(m)
+    K["expand1"](dl, d, du, b[:, None], starts, lens, Y0[:, None], Y1[:, None], x1)
+    K["expand1p"](dl, d, du, b, starts, lens, Y0, Y1, x2)
+    assert np.array_equal(x1[:, 0], x2)

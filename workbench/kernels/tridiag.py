@@ -983,6 +983,11 @@ def _tiles(V: int, L: int) -> tuple[int, int]:
 
 
 def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
+    if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
+        chk = np.zeros(lens.size)
+        _numba_kernels()["reduce1p"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens, rows0),
+                                     RA[:, 0], RC[:, 0], RD[:, 0, 0], chk)
+        return chk
     if use_numba and d.shape[1] == 1:
         chk = np.zeros(lens.size)
         _numba_kernels()["reduce1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens, rows0),
@@ -991,18 +996,22 @@ def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
     if use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         chk = np.zeros(lens.size)
-        _numba_kernels()["reduce"](*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
+        _numba_kernels()["reduce"](*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt, 0,
+                                   d.shape[1])
         return chk
     return _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD)
 
 
 def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
-    if use_numba and d.shape[1] == 1:
+    if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
+        _numba_kernels()["expand1p"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens),
+                                     *_c(Y0[:, 0, 0], Y1[:, 0, 0]), x[:, 0, 0])
+    elif use_numba and d.shape[1] == 1:
         _numba_kernels()["expand1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens),
                                     *_c(Y0[:, :, 0], Y1[:, :, 0]), x[:, :, 0])
     elif use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
-        _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
+        _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt, 0, d.shape[1])
     else:
         _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x)
 
@@ -1115,10 +1124,9 @@ def _numba_kernels() -> dict:
     ri = t.Array(t.int64, 1, "C", readonly=True)
     w1, w2, w3 = t.Array(t.float64, 1, "C"), t.Array(t.float64, 2, "C"), t.Array(t.float64, 3, "C")
 
-    @jit(r2, r2, r2, r3, ri, ri, ri, w2, w2, w3, w1, t.int64, t.int64)
-    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
+    @jit(r2, r2, r2, r3, ri, ri, ri, w2, w2, w3, w1, t.int64, t.int64, t.int64, t.int64)
+    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt, vlo, V):
         S = starts.size
-        V = d.shape[1]
         R = b.shape[1]
         sa = np.empty((G, Vt))
         sc = np.empty((G, Vt))
@@ -1130,7 +1138,7 @@ def _numba_kernels() -> dict:
             Lmax = 0
             for g in range(gn):
                 Lmax = max(Lmax, lens[s0 + g])
-            for v0 in range(0, V, Vt):
+            for v0 in range(vlo, V, Vt):
                 vn = min(Vt, V - v0)
                 cacc[:, :] = 0.0
                 # downward sweep: row i as  sa x_first + x_i + sc x_{i+1} = sd
@@ -1218,10 +1226,9 @@ def _numba_kernels() -> dict:
                         t += cacc[g, v]
                     chk[s0 + g] += t
 
-    @jit(r2, r2, r2, r3, ri, ri, r3, r3, w3, t.int64, t.int64)
-    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt):
+    @jit(r2, r2, r2, r3, ri, ri, r3, r3, w3, t.int64, t.int64, t.int64, t.int64)
+    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt, vlo, V):
         S = starts.size
-        V = d.shape[1]
         R = b.shape[1]
         Lmax = 0
         for s in range(S):
@@ -1233,7 +1240,7 @@ def _numba_kernels() -> dict:
             Lg = 0
             for g in range(gn):
                 Lg = max(Lg, lens[s0 + g])
-            for v0 in range(0, V, Vt):
+            for v0 in range(vlo, V, Vt):
                 vn = min(Vt, V - v0)
                 for g in range(gn):
                     s = s0 + g
@@ -1386,6 +1393,138 @@ def _numba_kernels() -> dict:
                 for q in range(R):
                     x[i, q] -= cs[j] * x[i + 1, q]
 
+    # One right-hand side of one system: the sweeps are latency-bound chains (a division per row), so
+    # two sub-blocks of equal length run interleaved -- four (reduce) or two (expand) independent chains
+    # per iteration -- with the chain state in registers.  Same arithmetic as reduce1/expand1.
+    step = numba.njit(inline="always", error_model="numpy")
+
+    @step
+    def down_row(j, a, dd, c, bb, da, dc, dn):
+        if j < 2:
+            inv = 1.0 / dd
+            da = a * inv
+            dn = bb * inv
+        else:
+            inv = 1.0 / (dd - a * dc)
+            da = -a * da * inv
+            dn = (bb - a * dn) * inv
+        return da, c * inv, dn, (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bb)) * 8.271806125530277e-25
+
+    @step
+    def up_row(j, a, dd, c, bb, ua, uc, up):
+        if j < 2:
+            inv = 1.0 / dd
+            uc = c * inv
+            up = bb * inv
+            t = 0.0
+        else:
+            inv = 1.0 / (dd - c * ua)
+            uc = -c * uc * inv
+            up = (bb - c * up) * inv
+            t = abs(inv) * 8.271806125530277e-25
+        return a * inv, uc, up, t
+
+    @step
+    def store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc):
+        r = rows0[s]
+        if L >= 2:
+            RA[r] = ua
+            RC[r] = uc
+            RD[r] = up
+            r += 1
+        RA[r] = da
+        RC[r] = dc
+        RD[r] = dn
+        chk[s] = acc
+
+    @jit(r1, r1, r1, r1, ri, ri, ri, w1, w1, w1, w1)
+    def reduce1p_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
+        S = starts.size
+        s = 0
+        while s < S:
+            L = lens[s]
+            i0 = starts[s]
+            da = dc = dn = ua = uc = up = acc = 0.0
+            if s + 1 < S and lens[s + 1] == L and L >= 2:
+                p0 = starts[s + 1]
+                ea = ec = en = va = vc = vp = acc2 = 0.0
+                for j in range(L):
+                    i, k = i0 + j, i0 + L - 1 - j
+                    da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
+                    acc += t
+                    ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
+                    acc += t
+                    i, k = p0 + j, p0 + L - 1 - j
+                    ea, ec, en, t = down_row(j, dl[i], d[i], du[i], b[i], ea, ec, en)
+                    acc2 += t
+                    va, vc, vp, t = up_row(j, dl[k], d[k], du[k], b[k], va, vc, vp)
+                    acc2 += t
+                store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
+                store_rows(s + 1, L, rows0, RA, RC, RD, chk, ea, ec, en, va, vc, vp, acc2)
+                s += 2
+                continue
+            for j in range(L):
+                i = i0 + j
+                da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
+                acc += t
+                if L >= 2:
+                    k = i0 + L - 1 - j
+                    ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
+                    acc += t
+            store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
+            s += 1
+
+    @step
+    def fwd_row(j, L, a, dd, c, bb, prev, xprev, xlast):
+        piv = dd if j == 1 else dd - a * prev
+        inv = 1.0 / piv
+        t = bb - a * xprev
+        if j == L - 2:
+            return 0.0, (t - c * xlast) * inv
+        return c * inv, t * inv
+
+    @jit(r1, r1, r1, r1, ri, ri, r1, r1, w1)
+    def expand1p_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
+        S = starts.size
+        Lmax = 1
+        for s in range(S):
+            Lmax = max(Lmax, lens[s])
+        cs = np.empty((2, Lmax))
+        s = 0
+        while s < S:
+            L = lens[s]
+            i0 = starts[s]
+            x[i0] = Y0[s]
+            x[i0 + L - 1] = Y1[s]
+            pair = s + 1 < S and lens[s + 1] == L
+            p0 = starts[s + 1] if pair else i0
+            if pair:
+                x[p0] = Y0[s + 1]
+                x[p0 + L - 1] = Y1[s + 1]
+            prev = prev2 = 0.0
+            xp_ = Y0[s]
+            xq = Y0[s + 1] if pair else 0.0
+            for j in range(1, L - 1):
+                i = i0 + j
+                prev, xp_ = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev, xp_, x[i0 + L - 1])
+                cs[0, j] = prev
+                x[i] = xp_
+                if pair:
+                    i = p0 + j
+                    prev2, xq = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev2, xq, x[p0 + L - 1])
+                    cs[1, j] = prev2
+                    x[i] = xq
+            if L >= 3:
+                xn = x[i0 + L - 2]
+                xm = x[p0 + L - 2]
+                for j in range(L - 3, 0, -1):
+                    xn = x[i0 + j] - cs[0, j] * xn
+                    x[i0 + j] = xn
+                    if pair:
+                        xm = x[p0 + j] - cs[1, j] * xm
+                        x[p0 + j] = xm
+            s += 2 if pair else 1
+
     _NUMBA.update(reduce=reduce_kernel, expand=expand_kernel, reduce1=reduce1_kernel, expand1=expand1_kernel,
-                  thomas=thomas_kernel)
+                  reduce1p=reduce1p_kernel, expand1p=expand1p_kernel, thomas=thomas_kernel)
     return _NUMBA
