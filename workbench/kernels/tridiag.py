@@ -1125,7 +1125,7 @@ def _numba_kernels() -> dict:
     w1, w2, w3 = t.Array(t.float64, 1, "C"), t.Array(t.float64, 2, "C"), t.Array(t.float64, 3, "C")
 
     @jit(r2, r2, r2, r3, ri, ri, ri, w2, w2, w3, w1, t.int64, t.int64, t.int64, t.int64)
-    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt, vlo, V):
+    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt, vlo, vhi):
         S = starts.size
         R = b.shape[1]
         sa = np.empty((G, Vt))
@@ -1138,8 +1138,8 @@ def _numba_kernels() -> dict:
             Lmax = 0
             for g in range(gn):
                 Lmax = max(Lmax, lens[s0 + g])
-            for v0 in range(vlo, V, Vt):
-                vn = min(Vt, V - v0)
+            for v0 in range(vlo, vhi, Vt):
+                vn = min(Vt, vhi - v0)
                 cacc[:, :] = 0.0
                 # downward sweep: row i as  sa x_first + x_i + sc x_{i+1} = sd
                 for j in range(Lmax):
@@ -1227,7 +1227,7 @@ def _numba_kernels() -> dict:
                     chk[s0 + g] += t
 
     @jit(r2, r2, r2, r3, ri, ri, r3, r3, w3, t.int64, t.int64, t.int64, t.int64)
-    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt, vlo, V):
+    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt, vlo, vhi):
         S = starts.size
         R = b.shape[1]
         Lmax = 0
@@ -1240,8 +1240,8 @@ def _numba_kernels() -> dict:
             Lg = 0
             for g in range(gn):
                 Lg = max(Lg, lens[s0 + g])
-            for v0 in range(vlo, V, Vt):
-                vn = min(Vt, V - v0)
+            for v0 in range(vlo, vhi, Vt):
+                vn = min(Vt, vhi - v0)
                 for g in range(gn):
                     s = s0 + g
                     i0 = starts[s]
