@@ -234,3 +234,30 @@ def test_interleaved_single_system_kernels_match_the_plain_ones():
     K["expand1"](dl, d, du, b[:, None], starts, lens, Y0[:, None], Y1[:, None], x1)
     K["expand1p"](dl, d, du, b, starts, lens, Y0, Y1, x2)
     assert np.array_equal(x1[:, 0], x2)
+
+
+def test_one_rhs_batch_kernels_match_the_general_ones():
+    pytest.importorskip("numba")
+    from workbench.kernels.tridiag import _numba_kernels
+
+    K = _numba_kernels()
+    rng = np.random.default_rng(4)
+    lens = np.array([6, 1, 2, 3, 4, 9], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    m, V, Vt = int(lens.sum()), 13, 5                                # tiles of 5 systems: a ragged last tile
+    dl, du = rng.uniform(-1, 1, (m, V)), rng.uniform(-1, 1, (m, V))
+    d = 0.3 + rng.uniform(0, 1, (m, V))
+    b = rng.uniform(-1, 1, (m, 1, V))
+    rows0 = np.concatenate([[0], np.cumsum(np.minimum(lens, 2))]).astype(np.int64)
+    M = int(rows0[-1])
+    ref = [np.zeros((M, V)), np.zeros((M, V)), np.zeros((M, 1, V))]
+    K["reduce"](dl, d, du, b, starts, lens, rows0, *ref, np.zeros(lens.size), 1, Vt, 0, V)
+    got = [np.zeros((M, V)), np.zeros((M, V)), np.zeros((M, V))]
+    K["reduce_b1"](dl, d, du, b[:, 0], starts, lens, rows0, *got, np.zeros(lens.size), Vt)
+    for r, g in zip(ref, got, strict=True):
+        assert np.array_equal(r.reshape(M, V), g)
+    Y0, Y1 = rng.uniform(-1, 1, (lens.size, 1, V)), rng.uniform(-1, 1, (lens.size, 1, V))
+    x1, x2 = np.zeros((m, 1, V)), np.zeros((m, V))
+    K["expand"](dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt, 0, V)
+    K["expand_b1"](dl, d, du, b[:, 0], starts, lens, Y0[:, 0], Y1[:, 0], x2, Vt)
+    assert np.array_equal(x1[:, 0], x2)

@@ -993,6 +993,11 @@ def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
         _numba_kernels()["reduce1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens, rows0),
                                     RA[:, 0], RC[:, 0], RD[:, :, 0], chk)
         return chk
+    if use_numba and b.shape[1] == 1 and d.shape[1] >= 8:
+        chk = np.zeros(lens.size)
+        _numba_kernels()["reduce_b1"](*_c(dl, d, du, b[:, 0]), *_i(starts, lens, rows0), RA, RC, RD[:, 0], chk,
+                                      _TILE_SYSTEMS)
+        return chk
     if use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         chk = np.zeros(lens.size)
@@ -1009,6 +1014,9 @@ def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
     elif use_numba and d.shape[1] == 1:
         _numba_kernels()["expand1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens),
                                     *_c(Y0[:, :, 0], Y1[:, :, 0]), x[:, :, 0])
+    elif use_numba and b.shape[1] == 1 and d.shape[1] >= 8:
+        _numba_kernels()["expand_b1"](*_c(dl, d, du, b[:, 0]), *_i(starts, lens), *_c(Y0[:, 0], Y1[:, 0]), x[:, 0],
+                                      _TILE_SYSTEMS)
     elif use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt, 0, d.shape[1])
@@ -1525,6 +1533,140 @@ def _numba_kernels() -> dict:
                         x[p0 + j] = xm
             s += 2 if pair else 1
 
+    # A batch with one right-hand side: one fused loop over the tile's systems per row, the sweep
+    # state (a few rows of Vt doubles) in L1.  Same arithmetic as reduce_kernel/expand_kernel.
+    @jit(r2, r2, r2, r2, ri, ri, ri, w2, w2, w2, w1, t.int64)
+    def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
+        S = starts.size
+        V = d.shape[1]
+        sa = np.empty(Vt)
+        sc = np.empty(Vt)
+        sd = np.empty(Vt)
+        cacc = np.empty(Vt)
+        for s in range(S):
+            L = lens[s]
+            i0 = starts[s]
+            r = rows0[s]
+            for v0 in range(0, V, Vt):
+                vn = min(Vt, V - v0)
+                cacc[:vn] = 0.0
+                for j in range(L):
+                    i = i0 + j
+                    if j < 2:
+                        for v in range(vn):
+                            a = dl[i, v0 + v]
+                            c = du[i, v0 + v]
+                            dd = d[i, v0 + v]
+                            bv = b[i, v0 + v]
+                            inv = 1.0 / dd
+                            sa[v] = a * inv
+                            sc[v] = c * inv
+                            sd[v] = bv * inv
+                            cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
+                    else:
+                        for v in range(vn):
+                            a = dl[i, v0 + v]
+                            c = du[i, v0 + v]
+                            dd = d[i, v0 + v]
+                            bv = b[i, v0 + v]
+                            inv = 1.0 / (dd - a * sc[v])
+                            sa[v] = -a * sa[v] * inv
+                            sc[v] = c * inv
+                            sd[v] = (bv - a * sd[v]) * inv
+                            cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
+                rl = r + (1 if L >= 2 else 0)
+                for v in range(vn):
+                    RA[rl, v0 + v] = sa[v]
+                    RC[rl, v0 + v] = sc[v]
+                    RD[rl, v0 + v] = sd[v]
+                if L >= 2:
+                    for j in range(L):
+                        i = i0 + L - 1 - j
+                        if j < 2:
+                            for v in range(vn):
+                                inv = 1.0 / d[i, v0 + v]
+                                sa[v] = dl[i, v0 + v] * inv
+                                sc[v] = du[i, v0 + v] * inv
+                                sd[v] = b[i, v0 + v] * inv
+                        else:
+                            for v in range(vn):
+                                c = du[i, v0 + v]
+                                inv = 1.0 / (d[i, v0 + v] - c * sa[v])
+                                sa[v] = dl[i, v0 + v] * inv
+                                sc[v] = -c * sc[v] * inv
+                                sd[v] = (b[i, v0 + v] - c * sd[v]) * inv
+                                cacc[v] += abs(inv) * 8.271806125530277e-25
+                    for v in range(vn):
+                        RA[r, v0 + v] = sa[v]
+                        RC[r, v0 + v] = sc[v]
+                        RD[r, v0 + v] = sd[v]
+                tsum = 0.0
+                for v in range(vn):
+                    tsum += cacc[v]
+                chk[s] += tsum
+
+    @jit(r2, r2, r2, r2, ri, ri, r2, r2, w2, t.int64)
+    def expand_b1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, Vt):
+        S = starts.size
+        V = d.shape[1]
+        Lmax = 1
+        for s in range(S):
+            Lmax = max(Lmax, lens[s])
+        cs = np.empty((Lmax, Vt))
+        # the neighbouring row's values live in their own scratch rows, so the compiler sees
+        # no dependence between rows of x (or of cs) and vectorizes across systems
+        cprev = np.empty(Vt)
+        xnb = np.empty(Vt)
+        for s in range(S):
+            L = lens[s]
+            i0 = starts[s]
+            i1 = i0 + L - 1
+            for v0 in range(0, V, Vt):
+                vn = min(Vt, V - v0)
+                for v in range(vn):
+                    xnb[v] = Y0[s, v0 + v]
+                    x[i0, v0 + v] = Y0[s, v0 + v]
+                    x[i1, v0 + v] = Y1[s, v0 + v]
+                    cprev[v] = 0.0
+                for j in range(1, L - 1):
+                    i = i0 + j
+                    if j == L - 2:
+                        for v in range(vn):
+                            a = dl[i, v0 + v]
+                            piv = d[i, v0 + v] if j == 1 else d[i, v0 + v] - a * cprev[v]
+                            inv = 1.0 / piv
+                            cs[j, v] = 0.0
+                            xv = (b[i, v0 + v] - a * xnb[v] - du[i, v0 + v] * Y1[s, v0 + v]) * inv
+                            x[i, v0 + v] = xv
+                            xnb[v] = xv
+                    elif j == 1:
+                        for v in range(vn):
+                            inv = 1.0 / d[i, v0 + v]
+                            cj = du[i, v0 + v] * inv
+                            cs[j, v] = cj
+                            cprev[v] = cj
+                            xv = (b[i, v0 + v] - dl[i, v0 + v] * xnb[v]) * inv
+                            x[i, v0 + v] = xv
+                            xnb[v] = xv
+                    else:
+                        for v in range(vn):
+                            a = dl[i, v0 + v]
+                            inv = 1.0 / (d[i, v0 + v] - a * cprev[v])
+                            cj = du[i, v0 + v] * inv
+                            cs[j, v] = cj
+                            cprev[v] = cj
+                            xv = (b[i, v0 + v] - a * xnb[v]) * inv
+                            x[i, v0 + v] = xv
+                            xnb[v] = xv
+                # xnb holds row L-2 now: walk back up
+                for j in range(L - 3, 0, -1):
+                    i = i0 + j
+                    for v in range(vn):
+                        xv = x[i, v0 + v] - cs[j, v] * xnb[v]
+                        x[i, v0 + v] = xv
+                        xnb[v] = xv
+
+    _NUMBA.update(reduce_b1=reduce_b1_kernel, expand_b1=expand_b1_kernel)
     _NUMBA.update(reduce=reduce_kernel, expand=expand_kernel, reduce1=reduce1_kernel, expand1=expand1_kernel,
                   reduce1p=reduce1p_kernel, expand1p=expand1p_kernel, thomas=thomas_kernel)
     return _NUMBA
