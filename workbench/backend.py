@@ -86,7 +86,7 @@ def asarray_like(x: Any, like: Any) -> Any:
 
 
 def empty(shape: Any, dtype: Any = np.float64, like: Any = None) -> Any:
-    """An uninitialized output array on the device of ``like`` (host when None).
+    """An uninitialized output array on the device of ``like`` (host when None), 64-byte aligned.
 
     Large host arrays come from a per-process pool of retained buffers, the
     host counterpart of cupy's memory pool: on virtual machines that hand freed
@@ -123,6 +123,7 @@ class _HostPool:
     """Freed large host buffers kept mapped (and resident) for the next allocation of the same size."""
 
     MIN_BYTES = 8 << 20
+    ALIGN = 64
     GRAIN = 2 << 20  # transparent huge page size: sizes round up to it
 
     def __init__(self) -> None:
@@ -139,7 +140,7 @@ class _HostPool:
         shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if nbytes < self.MIN_BYTES or self.limit <= 0:
-            return np.empty(shape, dtype)
+            return self._aligned(nbytes)[:nbytes].view(dtype).reshape(shape)
         size = -(-nbytes // self.GRAIN) * self.GRAIN
         with self._lock:
             stack = self._free.get(size)
@@ -147,11 +148,17 @@ class _HostPool:
             if raw is not None:
                 self._held -= size
         if raw is None:
-            raw = np.empty(size, np.uint8)
+            raw = self._aligned(size)
         return np.asarray(_Lease(self, raw, shape, dtype))
 
+    def _aligned(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` bytes at a 64-byte boundary (FFTW's and AVX-512's alignment), a view of its allocation."""
+        pad = np.empty(nbytes + self.ALIGN, np.uint8)
+        start = -pad.ctypes.data % self.ALIGN
+        return pad[start:start + nbytes]
+
     def _give_back(self, raw: np.ndarray) -> None:
-        size = raw.nbytes
+        size = raw.nbytes  # raw is a view of its padded allocation: keeps it alive
         with self._lock:
             if self._held + size > self.limit:
                 # make room: drop the other sizes first (a new problem size replaces the old)

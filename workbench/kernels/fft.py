@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .. import comms
-from ..backend import namespace, synchronize
+from ..backend import empty, namespace, synchronize
 from ..cluster import default_client, worker_addresses
 from ..partition import block_offsets, grid_shape
 
@@ -913,15 +913,7 @@ class _Sender:
 
 
 def _empty(shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
-    xp = namespace(like) if like is not None else np
-    if xp is np:
-        try:
-            import pyfftw
-
-            return pyfftw.empty_aligned(shape, dtype=dtype)
-        except ImportError:
-            return np.empty(shape, dtype=dtype)
-    return xp.empty(shape, dtype=dtype)
+    return empty(shape, dtype, like=like)  # host: aligned for FFTW, large ones pooled
 
 
 #: Worker-local FFT engine on CPU workers: "auto" (pyFFTW when installed, else scipy.fft) or "scipy".
