@@ -78,6 +78,7 @@ def test_spmm_identical_across_worker_counts_and_every_worker_works(clients):
             assert all(u > 0 for u in stats["units"]), (algorithm, stats["units"])
             assert len(stats["phases"]) == n_workers
             assert all(p["compute"] > 0 for p in stats["phases"]), algorithm
+            assert [set(p) for p in stats["phases_cpu"]] == [set(p) for p in stats["phases"]]
 
 
 def test_spmm_distributed_inputs(clients):

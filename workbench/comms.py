@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from .backend import empty
+
 __all__ = [
     "Comm",
     "CommsError",
@@ -340,7 +342,7 @@ class _Parcel:
 
     def pull(self) -> Any:
         offs, total = _offsets([n for _, n in self.spans])
-        dest = np.empty(total, np.uint8)
+        dest = empty(total, np.uint8)  # pooled: fresh pages fault at the hypervisor here
         _read_remote(self.pid, self.spans, dest, offs)
         return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
 

@@ -60,7 +60,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import comms
-from ..backend import namespace, sparse_namespace, to_host
+from ..backend import empty, namespace, sparse_namespace, to_host
 from ..cluster import default_client, worker_addresses
 from ..partition import BlockGrid, RowBlocks, block_offsets, distribute, rows_of
 
@@ -93,8 +93,10 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
         ``gflops`` (2 nnz k / seconds), ``effective_gbps`` and
         ``traffic_bytes`` (model ``nnz (12 + 8k) + m k 8``), ``bytes_moved``
         (worker-to-worker bytes), ``phases`` (per-rank seconds in
-        prepare/issue/fetch_wait/compute/accumulate/sync), ``units``,
-        ``steals``, ``algorithm``, ``grid``.
+        prepare/issue/fetch_wait/compute/accumulate/sync), ``phases_cpu``
+        (the same phases in the rank thread's CPU seconds: wall well above
+        CPU means the rank was waiting for a core), ``units``, ``steals``,
+        ``algorithm``, ``grid``.
     seed : int
         Seed of the work-stealing victim order.
 
@@ -498,7 +500,8 @@ def _spmm_stats(infos: list[dict], lay: _Layout, plan: dict, seconds: float) -> 
     return {"seconds": seconds, "rank_seconds": max(i["seconds"] for i in infos),
             "gflops": 2.0 * nnz * k / seconds / 1e9, "traffic_bytes": traffic,
             "effective_gbps": traffic / seconds / 1e9, "bytes_moved": sum(i["bytes_sent"] for i in infos),
-            "phases": [i["phases"] for i in infos], "units": [i["units"] for i in infos],
+            "phases": [i["phases"] for i in infos], "phases_cpu": [i["phases_cpu"] for i in infos],
+            "units": [i["units"] for i in infos],
             "steals": sum(i["steals"] for i in infos), "nnz": nnz, "algorithm": plan["algorithm"],
             "layout": lay.kind, "grid": lay.grid, "n_workers": lay.size}
 
@@ -509,21 +512,24 @@ def _spmm_stats(infos: list[dict], lay: _Layout, plan: dict, seconds: float) -> 
 
 
 class _Clock:
-    """Per-phase wall time of one rank (the paper's stacked bars)."""
+    """Per-phase wall time (``t``, the paper's stacked bars) and thread CPU
+    time (``cpu``) of one rank."""
 
     def __init__(self) -> None:
         self.t = dict.fromkeys(_PHASES, 0.0)
-        self._phase, self._t0 = None, 0.0
+        self.cpu = dict.fromkeys(_PHASES, 0.0)
+        self._phase, self._t0, self._c0 = None, 0.0, 0.0
 
     def __call__(self, phase: str) -> _Clock:
         self._phase = phase
         return self
 
     def __enter__(self) -> None:
-        self._t0 = time.perf_counter()
+        self._t0, self._c0 = time.perf_counter(), time.thread_time()
 
     def __exit__(self, *exc: Any) -> None:
         self.t[self._phase] += time.perf_counter() - self._t0
+        self.cpu[self._phase] += time.thread_time() - self._c0
 
 
 class _TileStore:
@@ -664,7 +670,7 @@ def _spmm_rank(comm: Any, rank_arg: tuple, lay: _Layout, algorithm: str, check_f
         _abort_own_box(comm)
         raise
     nnz = sum(int(t[0].nnz) for key, t in store.a.items() if lay.owner_a(*key) == comm.rank)
-    info = {"rank": comm.rank, "seconds": time.perf_counter() - t_start, "phases": clock.t,
+    info = {"rank": comm.rank, "seconds": time.perf_counter() - t_start, "phases": clock.t, "phases_cpu": clock.cpu,
             "bytes_sent": comm.stats["bytes_sent"] - sent0, "nnz": nnz, **counters}
     return C, info
 
@@ -684,7 +690,7 @@ def _stationary_c(comm, store, shape, dtype, xp, clock, counters) -> Any:
     i, j = lay.c_tile(comm.rank)
     L = lay.nL
     order = [(i + j + s) % L for s in range(L)]  # staggered: ranks start on different tiles
-    C = xp.zeros(shape, dtype=dtype) if L == 0 else xp.empty(shape, dtype=dtype)
+    C = xp.zeros(shape, dtype=dtype) if L == 0 else (empty(shape, dtype) if xp is np else xp.empty(shape, dtype=dtype))
 
     def issue(l):
         return l, svc.get(lay.owner_a(i, l), ("A", i, l), clock)
@@ -874,6 +880,10 @@ def _take_rows(tile: Any, rows: Any) -> Any:
     if hasattr(tile, "indptr"):
         return tile[rows]
     xp = namespace(tile)
+    if xp is np:  # the rows a peer asked for: a pooled buffer, not fresh pages
+        # mode="clip": the rows are in range, and "raise" would buffer the output (a second copy)
+        return np.take(tile, np.asarray(rows), axis=0, out=empty((len(rows),) + tile.shape[1:], tile.dtype),
+                       mode="clip")
     return xp.take(tile, xp.asarray(rows), axis=0)
 
 
