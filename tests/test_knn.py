@@ -110,6 +110,20 @@ def test_approximate_recall(clients, n_workers):
         assert key in ap.stats
 
 
+@pytest.mark.parametrize("n_workers", [2, 3])
+def test_approximate_recall_uniform_and_clustered_defaults(clients, n_workers):
+    # default parameters, odd sizes: uniform data (no clusters for the cells to
+    # follow, the probe cap and the joins matter) and tight overlapping clusters
+    client = clients(n_workers)
+    for X in (np.random.default_rng(4).random((3001, 12), dtype=np.float32),
+              gaussian_mixture(2503, 24, 40, seed=9, spread=3.0)):
+        ex = wb.knn_graph(X, 10, exact=True, client=client)
+        ap = wb.knn_graph(X, 10, client=client, reference=ex)
+        assert ap.stats["recall"] >= 0.9, ap.stats["recall"]
+        assert not (ap.indices == np.arange(len(X))[:, None]).any()
+        assert (np.diff(ap.distances, axis=1) >= 0).all()
+
+
 def test_merge_tree_gain_over_local_graphs(clients):
     # with 3 groups left (no merging) the refinement alone must also reach the other ranks
     client = clients(3)
@@ -150,7 +164,7 @@ def test_recall_helper():
     (np.array([[0.0, 0.0], [1.0, 2.0], [2.0, 2.0]]), {"k": 1, "metric": "cosine"}, "non-zero rows"),
     (np.ones((5, 2)), {"k": 2, "groups": 3}, "power of two"),
     (np.ones((5, 2)), {"k": 2, "local_join": -1}, "local_join"),
-    (np.ones((5, 2)), {"k": 2, "entry_cells": 0}, "entry_cells"),
+    (np.ones((5, 2)), {"k": 2, "n_probe": 0}, "n_probe"),
 ])
 def test_bad_input(bad, kwargs, match):
     with pytest.raises(ValueError, match=match):

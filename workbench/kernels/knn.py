@@ -22,18 +22,20 @@ GPU-Accelerated Systems" (LLNL, 2026) on Dask workers talking through
   branch-free, and exact distances are computed once per surviving candidate.
 * **Approximate mode** (default): SOLANET's structure.  A distributed k-means
   (allreduce of centroid sums) gives global cells; each worker builds its local
-  kNN graph by brute force inside each cell and its ``n_probe`` nearest cells
-  (a cheaper local build than NN-descent), then ``local_join`` NN-descent
-  joins (neighbours of neighbours, exact float64) mend lists whose neighbours
-  lie outside the probed cells; then a binary merge tree: at level
-  ``l`` each rank pulls the points and graphs of its partner group, runs a
-  batched greedy graph search (pool ``ef`` ~ 3k) for its points in the
-  partner's graph, merges the candidates and sends reverse candidates back,
-  until ``groups`` groups remain; a final refinement queries every other group.
-  The search starts from pivots of the partner's points in the query's
-  ``entry_cells`` nearest global cells and from the results of the query's
-  local neighbours searched before it (queries run cell by cell; the
-  partner's points are reordered by cell so a walk stays in cache).
+  kNN graph by brute force inside each cell and then in the other cells a
+  point may reach: a point of cell ``c`` is nearer to centroid ``c`` than to
+  the query's own centroid, so it lies beyond their bisector, and a cell whose
+  bisector is farther than the query's current k-th distance is skipped (at
+  most ``n_probe`` cells, nearest bisector first).  Pairs are grouped by cell
+  into GEMM blocks (rows that need the cell x the cell's points) and scanned
+  in float32; kept candidates get exact float64 distances.  ``local_join``
+  NN-descent joins (neighbours of neighbours) mend only the lists the
+  ``n_probe`` cap may have cut short.  Then a binary merge tree: at level
+  ``l`` each rank pulls from its partner group only the points in the cells
+  its own points can reach with their current k-th distance, runs the same
+  cell brute force against them and sends the pairs found back as reverse
+  candidates, until ``groups`` groups remain; a final refinement queries
+  every other group.
 
 Examples
 --------
@@ -64,10 +66,11 @@ from ..partition import RowBlocks, as_row_blocks
 __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture", "brute_force_knn"]
 
 _METRICS = ("euclidean", "cosine")
-# n_probe 16 (not 8): recall 0.89 -> 0.96 on a 5-cluster mixture and 0.80 -> 0.89 on
-# uniform data (20k points), for ~18% more time on the 100k benchmark
-_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 16, "ef": None, "n_entry": 3, "entry_cells": 3, "groups": 1,
-                    "kmeans_iter": 8, "kmeans_sample": 20000, "reverse": True, "local_join": 2}
+# n_probe caps the cells searched per point; the bisector bound usually stops
+# sooner on clustered data (the query's own cluster), the cap binds on uniform data.
+# 4 k-means iterations (not 8): the bound keeps recall, the cells only set the cost
+_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 16, "groups": 1, "kmeans_iter": 4, "kmeans_sample": 20000,
+                    "reverse": True, "local_join": 2}
 _EXACT_DEFAULTS = {"margin": None, "tile_rows": 256, "tile_cols": 2048, "engine": "auto", "prune": True}
 
 
@@ -128,12 +131,9 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
         ``max(8, k // 2)``), ``tile_rows`` (also the pruning block size),
         ``tile_cols``, ``engine`` ("auto" | "numba" | "xp"), ``prune``
         (skip block pairs that provably hold no candidate, True).  Approximate mode: ``n_cells`` (global
-        k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (cells searched in
-        the local build, 16), ``local_join`` (NN-descent joins on each local
-        graph after the cell build, 2; 0 disables), ``ef`` (search pool,
-        default ``3k``), ``n_entry`` (entry points per query, 3),
-        ``entry_cells`` (nearest global cells whose pivots seed the search, 3),
-        ``groups`` (G: merge until this many groups remain, 1),
+        k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (most cells searched per point, its own
+        included, 16), ``local_join`` (NN-descent joins for the points whose probe cap may have cut
+        their list short, 2; 0 disables), ``groups`` (G: merge until this many groups remain, 1),
         ``kmeans_iter``, ``kmeans_sample``, ``reverse``.
 
     Returns
@@ -340,12 +340,11 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: d
             raise ValueError(f"reference must be (n={n}, >= k={k}) neighbour indices, got {ref.shape}")
     if not exact and (not isinstance(opts["local_join"], int | np.integer) or opts["local_join"] < 0):
         raise ValueError(f"local_join must be an int >= 0, got {opts['local_join']!r}")
-    for name in ("margin", "n_cells", "ef"):
+    for name in ("margin", "n_cells"):
         v = opts.get(name)
         if v is not None and (not isinstance(v, int | np.integer) or v < (0 if name == "margin" else 1)):
             raise ValueError(f"{name} must be a positive int or None, got {v!r}")
-    for name in ("tile_rows", "tile_cols", "n_probe", "n_entry", "entry_cells", "groups", "kmeans_iter",
-                 "kmeans_sample"):
+    for name in ("tile_rows", "tile_cols", "n_probe", "groups", "kmeans_iter", "kmeans_sample"):
         v = opts.get(name)
         if name in opts and (not isinstance(v, int | np.integer) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
@@ -418,15 +417,6 @@ def _warm_kernels(dtype: np.dtype) -> None:
     _exact_rank(_SoloComm(), (X, offs), 40, 3, "euclidean", {**_EXACT_DEFAULTS, "margin": 1, "d": 3}, 0)
     opts = {**_APPROX_DEFAULTS, "n_cells": 2, "n_probe": 1, "d": 3}
     ind, _, _ = _approx_rank(_SoloComm(), (X, offs), 40, 3, "euclidean", opts, 0)
-    Xc = X.astype(np.float32)
-    adj = _local_adjacency(_to_local(ind, np.arange(40, dtype=np.int64)), 3)
-    res_i = np.full((40, 3), -1, dtype=np.int64)
-    _beam_search(Xc, Xc, adj, np.zeros((40, 1), dtype=np.int64), np.zeros((40, 1), dtype=np.int64) - 1, 6, res_i,
-                 np.zeros((40, 3), np.float32))
-    dd = _pair_sqdist(X, X, np.arange(40), np.arange(40)[::-1].copy())
-    _merge_candidates(ind, np.zeros((40, 3)), np.arange(40), np.arange(40, dtype=np.int64), dd)
-    _cell_entries(Xc, np.zeros(40, np.int64), Xc, np.zeros((1, 1), np.int64), np.array([0, 40]),
-                  np.arange(40, dtype=np.int64), np.zeros((40, 2), np.int64))
     G = np.zeros((2, 2))
     lists = _new_lists(np, 2, 2)
     _scan_kernel(G, G[0], G[0], np.arange(2), np.arange(2), X[:2], X[:2],
@@ -749,44 +739,50 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     nl, d = X.shape
     P, r = comm.size, comm.rank
     gids = np.arange(off, off + nl, dtype=np.int64)
-    ef = int(opts["ef"] or 3 * k)
-    counters = {"distance_evaluations": 0, "search_cpu_s": 0.0}
+    counters = {"distance_evaluations": 0}
 
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
     C = int(opts["n_cells"] or max(1, round(math.sqrt(n) / 2)))
     C = min(C, n)
     cent = _kmeans(comm, Xc, xn, C, int(opts["kmeans_iter"]), int(opts["kmeans_sample"]), seed, counters)
-    labels = _assign(Xc, xn, cent)
-    cn = (cent * cent).sum(axis=1)
-    cc = cn[:, None] + cn[None, :] - 2.0 * (cent @ cent.T)
-    probe_order = np.argsort(cc, axis=1, kind="stable").astype(np.int64)
+    probes, bounds = _cell_probes(Xc, cent, int(opts["n_probe"]))
+    labels = probes[:, 0]
     t_kmeans = time.perf_counter() - t0
 
-    # local build: brute force inside each cell and its nearest cells
+    # local build: brute force inside each cell, then in the probed cells its bound cannot rule out
     t1 = time.perf_counter()
-    ind, d2 = _local_build(Xc, xn, X, gids, labels, probe_order[:, :int(opts["n_probe"])], k, counters)
+    ind = np.full((nl, k), -1, dtype=np.int64)
+    d2 = np.full((nl, k), np.inf)
     lorder = np.argsort(labels, kind="stable").astype(np.int64)
+    own = _by_cell(X, Xc, xn, gids, labels, lorder, C)
+    qpos = np.empty(nl, dtype=np.int64)
+    qpos[lorder] = np.arange(nl)            # a point's row among the cell-ordered ones: self-pairs skip
+    q = (X, Xc, xn, qpos, probes, bounds)
+    _cell_pass(q, 0, 1, own, ind, d2, counters)
+    _cell_pass(q, 1, probes.shape[1], own, ind, d2, counters)
+    # only points whose list the n_probe cap may have cut short (an unprobed
+    # cell's bound below the k-th distance) need the NN-descent joins
     for _ in range(int(opts["local_join"])):
-        counters["distance_evaluations"] += int(_local_join(X, Xc, ind, d2, off, lorder))
+        short = lorder[(probes.shape[1] < cent.shape[0]) & (bounds[lorder, -1] < np.sqrt(d2[lorder, k - 1]))]
+        counters["distance_evaluations"] += int(_local_join(X, Xc, ind, d2, off, short))
     t_local = time.perf_counter() - t1
 
     # merge tree: groups of 2**l ranks pair up with their partner group
     t2 = time.perf_counter()
     G = max(1, min(int(opts["groups"]), P))
     level = 0
+    q = (X, Xc, xn, -1 - np.arange(nl, dtype=np.int64), probes, bounds)   # no self-pairs across ranks
     while ((P + (1 << level) - 1) >> level) > G:
-        partner = [q for q in range(P) if (q >> level) == ((r >> level) ^ 1)]
-        _query_groups(comm, partner, X, Xc, mean, gids, offsets, labels, ind, d2, probe_order, k, ef, opts,
-                      counters)
+        partner = [t for t in range(P) if (t >> level) == ((r >> level) ^ 1)]
+        _query_groups(comm, partner, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
         level += 1
     t_merge = time.perf_counter() - t2
 
     # refinement: every group that the tree did not merge is queried directly
     t3 = time.perf_counter()
-    others = [q for q in range(P) if (q >> level) != (r >> level)]
+    others = [t for t in range(P) if (t >> level) != (r >> level)]
     if comm.allreduce(len(others), op="max"):
-        _query_groups(comm, others, X, Xc, mean, gids, offsets, labels, ind, d2, probe_order, k, ef, opts,
-                      counters)
+        _query_groups(comm, others, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
     t_refine = time.perf_counter() - t3
 
     dist = np.sqrt(d2) if metric == "euclidean" else d2 / 2.0
@@ -1003,18 +999,22 @@ def _kmeans(comm: Any, Xc: np.ndarray, xn: np.ndarray, C: int, iters: int, sampl
     rng = np.random.default_rng([seed, comm.rank, 0xCE11])
     per_rank = max(1, -(-sample // comm.size))
     take = rng.choice(nl, size=min(nl, per_rank), replace=False) if nl else np.zeros(0, np.int64)
-    pool = np.concatenate(comm.allgather(Xc[np.sort(take)]), axis=0)
-    cent = _kmeans_pp(pool, C, seed).astype(np.float64)
-    sub = Xc[np.sort(take)]
-    subn = xn[np.sort(take)]
+    # seeding needs ~16 candidates per centroid, not the whole sample (D^2 sampling is O(pool) per centroid)
+    seeds = np.sort(take[:max(1, -(-16 * C // comm.size))])
+    cent = _kmeans_pp(np.concatenate(comm.allgather(Xc[seeds]), axis=0), C, seed).astype(np.float64)
+    take = np.sort(take)
+    sub, subn = Xc[take], xn[take]
     for _ in range(iters):
         lab = _assign(sub, subn, cent.astype(np.float32))
         counters["distance_evaluations"] += int(sub.shape[0]) * cent.shape[0]
-        sums = np.stack([np.bincount(lab, weights=sub[:, t], minlength=cent.shape[0])
-                         for t in range(sub.shape[1])], axis=1)
-        cnt = np.bincount(lab, minlength=cent.shape[0]).astype(np.float64)
+        cnt = np.bincount(lab, minlength=cent.shape[0])
+        sums = np.zeros(cent.shape)
+        ne = cnt > 0
+        if ne.any():
+            sums[ne] = np.add.reduceat(sub[np.argsort(lab, kind="stable")].astype(np.float64),
+                                       (np.cumsum(cnt) - cnt)[ne], axis=0)
         sums = comm.allreduce(sums)
-        cnt = comm.allreduce(cnt)
+        cnt = comm.allreduce(cnt.astype(np.float64))
         nz = cnt > 0
         cent[nz] = sums[nz] / cnt[nz, None]
     return cent.astype(np.float32)
@@ -1046,203 +1046,196 @@ def _assign(Xc: np.ndarray, xn: np.ndarray, cent: np.ndarray) -> np.ndarray:
     return out
 
 
-def _local_build(Xc, xn, X, gids, labels, probes, k, counters) -> tuple[np.ndarray, np.ndarray]:
-    nl = Xc.shape[0]
-    m = min(k, max(1, nl - 1))
-    order = np.argsort(labels, kind="stable")
-    C = probes.shape[0]
-    starts = np.searchsorted(labels[order], np.arange(C + 1))
-    lists = _new_lists(np, nl, m)
-    Xs, xs, Xos, gs = Xc[order], xn[order], X[order], gids[order]
-    for c in range(C):
-        a, b = starts[c], starts[c + 1]
-        if a == b:
-            continue
-        cand = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in probes[c]])
-        Yc, yn, Yo, yg = Xs[cand], xs[cand], Xos[cand], gs[cand]
-        G = Xs[a:b] @ Yc.T
-        _scan_kernel(G, xs[a:b], yn, gs[a:b], yg, Xos[a:b], Yo, lists[0][a:b], lists[1][a:b], lists[2][a:b],
-                     lists[0][a:b], lists[1][a:b], lists[2][a:b], False)
+def _cell_probes(Xc: np.ndarray, cent: np.ndarray, n_probe: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's cell (column 0) and the other cells that may hold its
+    neighbours, nearest first by the bisector bound: a point of cell ``c`` is
+    nearer to centroid ``c`` than to the query's own centroid ``a``, so it lies
+    at least ``(|q - c|^2 - |q - a|^2) / (2 |c - a|)`` from the query.  Only
+    the ``n_probe`` cells of smallest bound are kept (memory ``n_probe`` per point)."""
+    nl, C = Xc.shape[0], cent.shape[0]
+    p = max(1, min(n_probe, C))
+    c64 = cent.astype(np.float64)
+    cn = (c64 * c64).sum(axis=1)
+    cd = np.sqrt(np.maximum(cn[:, None] + cn[None, :] - 2.0 * (c64 @ c64.T), 0.0))
+    with np.errstate(divide="ignore"):
+        inv = np.where(cd > 0, 0.5 / cd, 0.0).astype(np.float32)    # a duplicate centroid: no bound
+    cn32 = cn.astype(np.float32)
+    probes = np.empty((nl, p), dtype=np.int64)
+    bounds = np.empty((nl, p), dtype=np.float32)
+    for s in range(0, nl, 8192):
+        D = cn32[None, :] - 2.0 * (Xc[s:s + 8192] @ cent.T)
+        _top_bounds(D, inv, probes[s:s + 8192], bounds[s:s + 8192])
+    return probes, bounds
+
+
+@numba.njit(cache=True, nogil=True)
+def _top_bounds(D, inv, probes, bounds):
+    # per row of D (|c|^2 - 2 q.c): own cell = argmin, then the smallest
+    # bisector bounds (inv: 1 / (2 |a - c|)) by insertion (p << C)
+    C = D.shape[1]
+    p = probes.shape[1]
+    for i in range(D.shape[0]):
+        a = 0
+        for c in range(1, C):
+            if D[i, c] < D[i, a]:
+                a = c
+        probes[i, 0] = a
+        bounds[i, 0] = 0.0
+        size = 1
+        for c in range(C):
+            if c == a:
+                continue
+            b = (D[i, c] - D[i, a]) * inv[a, c]
+            if size == p and b >= bounds[i, p - 1]:
+                continue
+            if size < p:
+                size += 1
+            t = size - 1
+            while t > 1 and bounds[i, t - 1] > b:
+                bounds[i, t] = bounds[i, t - 1]
+                probes[i, t] = probes[i, t - 1]
+                t -= 1
+            bounds[i, t] = b
+            probes[i, t] = c
+
+
+def _by_cell(Y: np.ndarray, Yc: np.ndarray, yn: np.ndarray, ygids: np.ndarray, ylab: np.ndarray, order: np.ndarray,
+             C: int) -> tuple:
+    """Points ordered by cell, with each cell's start: (Yo, Yc, yn, gids, starts)."""
+    starts = np.searchsorted(ylab[order], np.arange(C + 1)).astype(np.int64)
+    return (np.ascontiguousarray(Y[order]), np.ascontiguousarray(Yc[order]), yn[order], ygids[order], starts)
+
+
+def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: np.ndarray, d2: np.ndarray, counters: dict) -> tuple:
+    """Brute force of our points against the cells of ``Y`` in their probe
+    columns ``p0:p1`` whose bound is below the point's current k-th distance.
+
+    Pairs are grouped by cell: one GEMM (the rows that need the cell) x (the
+    cell's points) each, scanned into per-point candidate lists that start at
+    the current k-th distance, so only improving candidates are kept; their
+    exact float64 distances are then merged into ``ind``/``d2`` in place.
+    ``q`` = (X, Xc, xn, qpos, probes, bounds): qpos is each point's row in
+    ``Y`` when Y holds our own points (self is skipped), negative otherwise.
+    Returns the merged (row, Y row, d^2) triples."""
+    X, Xc, xn, qpos, probes, bounds = q
+    Yo, Yc, yn, ygids, ys = Y
+    nl, k = ind.shape
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    if nl == 0 or p1 <= p0 or Yo.shape[0] == 0:
+        return empty
+    cells = probes[:, p0:p1]
+    need = (bounds[:, p0:p1] < np.sqrt(d2[:, k - 1:k])) & (ys[cells + 1] > ys[cells])
+    qi, t = np.nonzero(need)
+    if qi.shape[0] == 0:
+        return empty
+    c = cells[qi, t]
+    o = np.argsort(c, kind="stable")
+    qi, c = qi[o], c[o]
+    cut = np.concatenate([[0], np.flatnonzero(np.diff(c)) + 1, [qi.shape[0]]]).tolist()
+    keys = np.repeat(d2[:, k - 1:k].astype(np.float32), k, axis=1)
+    ids = np.full((nl, k), -1, dtype=np.int64)
+    for g0, g1 in zip(cut[:-1], cut[1:], strict=True):
+        rows = qi[g0:g1]
+        b0, b1 = int(ys[c[g0]]), int(ys[c[g0] + 1])
+        G = Xc[rows] @ Yc[b0:b1].T
+        _scan_rows(G, xn, yn[b0:b1], rows, qpos, b0, keys, ids)
         counters["distance_evaluations"] += int(G.size)
-    _fill_exact(lists, Xos, X, int(gids[0]) if nl else 0)
-    ind = np.full((nl, k), -1, dtype=np.int64)
-    d2 = np.full((nl, k), np.inf)
-    o = np.lexsort((lists[1], lists[2]), axis=1)
-    ind[order, :m] = np.take_along_axis(lists[1], o, axis=1)
-    d2[order, :m] = np.take_along_axis(lists[2], o, axis=1)
-    return ind, d2
+    qr, t = np.nonzero(ids >= 0)
+    yr = ids[qr, t]
+    dd = _pair_sqdist(X, Yo, qr, yr)
+    _merge_candidates(ind, d2, qr, ygids[yr], dd)
+    return qr, yr, dd
 
 
-def _query_groups(comm: Any, targets: list[int], X, Xc, mean, gids, offsets, labels, ind, d2, probe_order, k, ef,
-                  opts, counters) -> None:
-    """Pull the points and graphs of the ranks in ``targets`` (each rank names
-    its own), search ours in their graph, merge, and send reverse candidates."""
-    P, r = comm.size, comm.rank
-    # every rank sends its block to whoever asked for it
-    wants = comm.allgather(targets)
-    sends = {q: (X, int(offsets[r]), ind, labels) for q in range(P) if r in wants[q]}
-    got = comm.neighbor_exchange(sends, recv_from=targets)
-    Y = np.ascontiguousarray(np.concatenate([X[:0]] + [got[q][0] for q in targets], axis=0))
-    ygids = np.concatenate([np.zeros(0, np.int64)] + [np.arange(got[q][1], got[q][1] + got[q][0].shape[0])
-                                                      for q in targets])
-    yind = np.concatenate([ind[:0]] + [got[q][2] for q in targets], axis=0)
-    ylab = np.concatenate([labels[:0]] + [got[q][3] for q in targets])
-    # the search runs on the centred float32 points of both sides
-    # (partner points in cell order: graph neighbours then sit close in memory)
-    yperm = np.argsort(ylab, kind="stable")
-    yinv = np.empty_like(yperm)
-    yinv[yperm] = np.arange(yperm.shape[0])
-    Yc = np.ascontiguousarray((Y[yperm].astype(np.float64) - mean).astype(np.float32))
-    yloc = _to_local(yind, ygids)[yperm]
-    adj = _local_adjacency(np.where(yloc >= 0, yinv[np.maximum(yloc, 0)], -1), k)
-    entries = _entry_points(Xc, labels, Yc, ylab[yperm], probe_order, int(opts["n_entry"]),
-                            int(opts["entry_cells"]))
-    counters["distance_evaluations"] += int(entries.size and Xc.shape[0] * 8 * int(opts["entry_cells"]))
-    # queries of one cell after another: consecutive searches walk the same
-    # region of the partner's graph, which then stays in cache
-    qo = np.argsort(labels, kind="stable")
-    res_i = np.full((Xc.shape[0], k), -1, dtype=np.int64)
-    res_d = np.full((Xc.shape[0], k), np.inf, dtype=np.float32)
-    ri_o, rd_o = res_i.copy(), res_d.copy()
-    # batched search: a query's local neighbours searched before it hand over
-    # their results as extra entry points (near-optimal starts: few expansions)
-    nl, off = Xc.shape[0], int(offsets[r])
-    inv = np.empty(nl, dtype=np.int64)
-    inv[qo] = np.arange(nl)
-    L = ind[qo, :min(3, k)]
-    own = (L >= off) & (L < off + nl)
-    nbr_pos = np.ascontiguousarray(np.where(own, inv[np.clip(L - off, 0, max(nl - 1, 0))], -1))
-    ts = time.thread_time()
-    counters["distance_evaluations"] += int(_beam_search(np.ascontiguousarray(Xc[qo]), Yc, adj,
-                                                         np.ascontiguousarray(entries[qo]), nbr_pos,
-                                                         max(ef, k), ri_o, rd_o))
-    counters["search_cpu_s"] = counters.get("search_cpu_s", 0.0) + time.thread_time() - ts
-    if yperm.shape[0]:
-        res_i[qo], res_d[qo] = np.where(ri_o >= 0, yperm[np.maximum(ri_o, 0)], -1), rd_o
-    # candidates with exact distances, into our lists
-    valid = res_i >= 0
-    qi = np.repeat(np.arange(Xc.shape[0]), k)[valid.ravel()]
-    yi = res_i[valid]
-    dd = _pair_sqdist(X, Y, qi, yi)
-    _merge_candidates(ind, d2, qi, ygids[yi], dd)
-    if opts.get("reverse", True):
-        owner = np.searchsorted(offsets, ygids[yi], side="right") - 1
-        parts = []
-        for q in range(P):
-            sel = owner == q
-            parts.append((ygids[yi][sel], gids[qi][sel], dd[sel]))
-        back = comm.alltoallv(parts)
-        lo = int(offsets[r])
-        for tgt, src, dist in back:
-            if len(tgt):
-                _merge_candidates(ind, d2, tgt - lo, src, dist)
+@numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc"})    # not "ninf": thresholds start at inf
+def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
+    # GEMM tile of rows ``rows`` against Y rows y0, y0+1, ...: keys below the
+    # row's current worst enter its sorted list.  Approximate mode ranks by
+    # float32 keys (exact distances come after).  Each chunk is first tested
+    # branch-free (vectorised); a chunk with hits collects them branch-free
+    # too (early in a row most chunks hit: branches would mispredict)
+    nq, nc = G.shape
+    k = keys.shape[1]
+    CH = 32
+    buf = np.empty(CH, dtype=np.int64)
+    for i in range(nq):
+        r = rows[i]
+        thr = keys[r, k - 1]
+        qni = qn[r]
+        Gi = G[i]
+        for j0 in range(0, nc, CH):
+            j1 = min(nc, j0 + CH)
+            hits = 0
+            for j in range(j0, j1):
+                hits += qni + yn[j] - 2.0 * Gi[j] < thr
+            if hits == 0:
+                continue
+            cnt = 0
+            for j in range(j0, j1):
+                buf[cnt] = j
+                cnt += qni + yn[j] - 2.0 * Gi[j] < thr
+            for u in range(cnt):
+                j = buf[u]
+                key = qni + yn[j] - 2.0 * Gi[j]
+                if key < thr and y0 + j != qpos[r]:
+                    p = k - 1
+                    while p > 0 and keys[r, p - 1] > key:
+                        keys[r, p] = keys[r, p - 1]
+                        ids[r, p] = ids[r, p - 1]
+                        p -= 1
+                    keys[r, p] = key
+                    ids[r, p] = y0 + j
+                    thr = keys[r, k - 1]
 
 
-def _entry_points(Qc: np.ndarray, qlab: np.ndarray, Yc: np.ndarray, ylab: np.ndarray, probe_order: np.ndarray,
-                  n_entry: int, entry_cells: int, per_cell: int = 8, seed: int = 0) -> np.ndarray:
-    """Per query: the ``n_entry`` nearest of a few pivot points of the partner's
-    points in the query's ``entry_cells`` nearest global cells (its own first).
-    kNN graphs of clustered data fall apart into clusters, so the search must
-    start in the query's own cluster; the global cells (shared by all ranks)
-    locate it with ~``entry_cells * per_cell`` distances per query instead of a
-    GEMM against pivots of every cell."""
-    n_cells = probe_order.shape[0]
-    if Yc.shape[0] == 0:
-        return np.full((Qc.shape[0], 0), -1, dtype=np.int64)
-    rng = np.random.default_rng([seed, 0x9E7])
-    order = np.argsort(ylab, kind="stable")
-    starts = np.searchsorted(ylab[order], np.arange(n_cells + 1))
-    piv = [np.zeros(0, np.int64)]
-    for c in range(n_cells):
-        mem = order[starts[c]:starts[c + 1]]
-        if len(mem):
-            piv.append(np.sort(mem[rng.choice(len(mem), size=min(per_cell, len(mem)), replace=False)]))
-    sizes = np.bincount(ylab[np.concatenate(piv)], minlength=n_cells) if len(piv) > 1 else np.zeros(n_cells, int)
-    pstart = np.zeros(n_cells + 1, dtype=np.int64)
-    pstart[1:] = np.cumsum(sizes)
-    piv = np.concatenate(piv).astype(np.int64)
-    e = max(1, min(n_entry, len(piv)))
-    out = np.full((Qc.shape[0], e), -1, dtype=np.int64)
-    probes = np.ascontiguousarray(probe_order[:, :max(1, min(entry_cells, n_cells))])
-    _cell_entries(Qc, np.ascontiguousarray(qlab, dtype=np.int64), Yc, probes, pstart, piv, out)
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _pair_sqdist(X, Y, qi, yi):
+    # exact float64 squared distances of the pairs (qi, yi); fastmath only
+    # reorders the sum (vectorised), an error of a few ulps
+    out = np.empty(qi.shape[0], dtype=np.float64)
+    for t in range(qi.shape[0]):
+        s = 0.0
+        for u in range(X.shape[1]):
+            z = np.float64(X[qi[t], u]) - np.float64(Y[yi[t], u])
+            s += z * z
+        out[t] = s
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def _cell_entries(Q, qlab, Y, probes, pstart, piv, out):
-    # nearest pivots among the query's probe cells; if they hold none, the
-    # cells after them in the same probe order are tried
-    nq = Q.shape[0]
-    e = out.shape[1]
-    best = np.empty(e, dtype=np.float32)
-    for q in range(nq):
-        c0 = qlab[q]
-        for t in range(e):
-            best[t] = np.inf
-            out[q, t] = -1
-        found = 0
-        for s in range(probes.shape[1]):
-            c = probes[c0, s]
-            for u in range(pstart[c], pstart[c + 1]):
-                j = piv[u]
-                v = _sqdist32(Q, q, Y, j)
-                found += 1
-                if v < best[e - 1]:
-                    p = e - 1
-                    while p > 0 and best[p - 1] > v:
-                        best[p] = best[p - 1]
-                        out[q, p] = out[q, p - 1]
-                        p -= 1
-                    best[p] = v
-                    out[q, p] = j
-        if found == 0:
-            # fallback: pivots of any cell (rare: the probe cells of the partner are empty)
-            for u in range(min(piv.shape[0], e)):
-                out[q, u] = piv[(u * 7919 + q) % piv.shape[0]]
+def _cell_points(X: np.ndarray, gids: np.ndarray, labels: np.ndarray, cells: np.ndarray) -> tuple:
+    """Our points in the requested cells, for a peer: (points, ids, cells)."""
+    sel = np.flatnonzero(np.isin(labels, cells))
+    return X[sel], gids[sel], labels[sel]
 
 
-def _to_local(yind: np.ndarray, ygids: np.ndarray) -> np.ndarray:
-    """Global neighbour ids -> rows of the pulled points (-1 where not pulled).
-    The pulled points are whole blocks, i.e. a few contiguous id ranges."""
-    if ygids.shape[0] == 0:
-        return np.full(yind.shape, -1, dtype=np.int64)
-    brk = np.flatnonzero(np.diff(ygids) != 1) + 1
-    rs = np.concatenate([[0], brk])                 # run starts (rows)
-    re = np.concatenate([brk, [ygids.shape[0]]])
-    gs, ge = ygids[rs], ygids[re - 1] + 1
-    o = np.argsort(gs)
-    gs, ge, rs = gs[o], ge[o], rs[o]
-    run = np.clip(np.searchsorted(gs, yind, side="right") - 1, 0, len(gs) - 1)
-    ok = (yind >= 0) & (yind >= gs[run]) & (yind < ge[run])
-    return np.where(ok, yind - gs[run] + rs[run], -1).astype(np.int64)
-
-
-@numba.njit(cache=True, nogil=True)
-def _local_adjacency(yloc, k):
-    # kNN lists (rows of the pulled points) -> out-edges plus up to k reverse edges
-    ny = yloc.shape[0]
-    deg = 2 * k
-    adj = np.full((ny, deg), -1, dtype=np.int64)
-    cnt = np.zeros(ny, dtype=np.int64)
-    for i in range(ny):
-        for t in range(yloc.shape[1]):
-            j = yloc[i, t]
-            if j >= 0 and cnt[i] < deg:
-                adj[i, cnt[i]] = j
-                cnt[i] += 1
-    for i in range(ny):
-        for t in range(yloc.shape[1]):
-            j = yloc[i, t]
-            if j >= 0 and cnt[j] < deg:
-                dup = False
-                for u in range(cnt[j]):
-                    if adj[j, u] == i:
-                        dup = True
-                        break
-                if not dup:
-                    adj[j, cnt[j]] = i
-                    cnt[j] += 1
-    return adj
+def _query_groups(comm: Any, targets: list[int], q: tuple, mean: Any, gids: np.ndarray, offsets: np.ndarray,
+                  labels: np.ndarray, ind: np.ndarray, d2: np.ndarray, C: int, opts: dict, counters: dict) -> None:
+    """Pull, from the ranks in ``targets``, their points in the cells ours may
+    reach (bound below the current k-th distance), brute-force ours against
+    them cell by cell, merge, and send the found pairs back as reverse candidates."""
+    P, r = comm.size, comm.rank
+    X, _, _, _, probes, bounds = q
+    k = ind.shape[1]
+    reach = bounds < np.sqrt(d2[:, k - 1]).astype(np.float32)[:, None]
+    cells = np.unique(probes[reach])
+    wants = comm.allgather((targets, cells))
+    sends = {t: _cell_points(X, gids, labels, wants[t][1]) for t in range(P) if r in wants[t][0]}
+    got = comm.neighbor_exchange(sends, recv_from=targets)
+    Y = np.concatenate([X[:0]] + [got[t][0] for t in targets], axis=0)
+    ygids = np.concatenate([gids[:0]] + [got[t][1] for t in targets])
+    ylab = np.concatenate([labels[:0]] + [got[t][2] for t in targets])
+    Yc, yn = _centred(Y, mean, np.float32)
+    Yb = _by_cell(Y, Yc, yn, ygids, ylab, np.argsort(ylab, kind="stable"), C)
+    qr, yr, dd = _cell_pass(q, 0, probes.shape[1], Yb, ind, d2, counters)
+    if opts.get("reverse", True):
+        # the pairs found, seen from the other side: candidates for the peers' lists
+        yg = Yb[3][yr]
+        owner = np.searchsorted(offsets, yg, side="right") - 1
+        parts = [(yg[owner == t], gids[qr][owner == t], dd[owner == t]) for t in range(P)]
+        lo = int(offsets[r])
+        for tgt, src, dist in comm.alltoallv(parts):
+            if len(tgt):
+                _merge_candidates(ind, d2, tgt - lo, src, dist)
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
@@ -1257,101 +1250,6 @@ def _sqdist32(A, i, B, j):
 
 
 @numba.njit(cache=True, nogil=True)
-def _beam_search(Q, Y, adj, entries, nbr_pos, ef, out_i, out_d):
-    # greedy best-first search with a sorted pool of ef candidates (DiskANN's
-    # GreedySearch), one query at a time; a stamp array marks visited points
-    nq = Q.shape[0]
-    ny = Y.shape[0]
-    k = out_i.shape[1]
-    stamp = np.zeros(ny, dtype=np.int64)
-    pool_d = np.empty(ef, dtype=np.float32)
-    pool_i = np.empty(ef, dtype=np.int64)
-    pool_done = np.empty(ef, dtype=np.bool_)
-    evals = 0
-    if ny == 0:
-        return evals
-    for q in range(nq):
-        mark = q + 1
-        size = 0
-        for e in range(entries.shape[1]):
-            j = entries[q, e]
-            if j < 0 or stamp[j] == mark:
-                continue
-            stamp[j] = mark
-            dj = _sqdist32(Q, q, Y, j)
-            evals += 1
-            size = _pool_insert(pool_d, pool_i, pool_done, size, dj, j)
-        for e in range(nbr_pos.shape[1]):
-            s = nbr_pos[q, e]
-            if s < 0 or s >= q:
-                continue
-            for t in range(min(2, k)):
-                j = out_i[s, t]
-                if j < 0 or stamp[j] == mark:
-                    continue
-                stamp[j] = mark
-                dj = _sqdist32(Q, q, Y, j)
-                evals += 1
-                if size < ef or dj < pool_d[size - 1]:
-                    size = _pool_insert(pool_d, pool_i, pool_done, size, dj, j)
-        if size == 0:
-            j = q % ny
-            stamp[j] = mark
-            size = _pool_insert(pool_d, pool_i, pool_done, size, _sqdist32(Q, q, Y, j), j)
-            evals += 1
-        while True:
-            p = -1
-            for t in range(size):
-                if not pool_done[t]:
-                    p = t
-                    break
-            if p < 0:
-                break
-            pool_done[p] = True
-            u = pool_i[p]
-            for t in range(adj.shape[1]):
-                v = adj[u, t]
-                if v < 0:
-                    break
-                if stamp[v] == mark:
-                    continue
-                stamp[v] = mark
-                dv = _sqdist32(Q, q, Y, v)
-                evals += 1
-                if size < ef or dv < pool_d[size - 1]:
-                    size = _pool_insert(pool_d, pool_i, pool_done, size, dv, v)
-        for t in range(min(k, size)):
-            out_i[q, t] = pool_i[t]
-            out_d[q, t] = pool_d[t]
-    return evals
-
-
-@numba.njit(cache=True, nogil=True)
-def _pool_insert(pool_d, pool_i, pool_done, size, dv, v):
-    cap = pool_d.shape[0]
-    if size < cap:
-        size += 1
-    p = size - 1
-    while p > 0 and pool_d[p - 1] > dv:
-        pool_d[p] = pool_d[p - 1]
-        pool_i[p] = pool_i[p - 1]
-        pool_done[p] = pool_done[p - 1]
-        p -= 1
-    pool_d[p] = dv
-    pool_i[p] = v
-    pool_done[p] = False
-    return size
-
-
-@numba.njit(cache=True, nogil=True)
-def _pair_sqdist(X, Y, qi, yi):
-    out = np.empty(qi.shape[0], dtype=np.float64)
-    for t in range(qi.shape[0]):
-        out[t] = _sqdist64(X, qi[t], Y, yi[t])
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
 def _local_join(X, Xc, ind, d2, off, order):
     # one NN-descent join on the local graph: every neighbour of a neighbour
     # (both on this rank) is a candidate, measured exactly in float64 and
@@ -1360,8 +1258,8 @@ def _local_join(X, Xc, ind, d2, off, order):
     nl, k = ind.shape
     evals = 0
     stamp = np.full(nl, -1, dtype=np.int64)
-    for ii in range(nl):
-        i = order[ii]                   # cell by cell: the neighbourhoods stay in cache
+    for ii in range(order.shape[0]):
+        i = order[ii]                   # the rows to mend, cell by cell: the neighbourhoods stay in cache
         stamp[i] = i
         for t in range(k):
             g = ind[i, t] - off
