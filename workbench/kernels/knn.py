@@ -59,7 +59,7 @@ import numba
 import numpy as np
 
 from .. import comms
-from ..backend import namespace, to_host
+from ..backend import empty, namespace, to_host
 from ..cluster import default_client
 from ..partition import RowBlocks, as_row_blocks
 
@@ -1120,24 +1120,31 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: np.ndarray, d2: np.nda
     X, Xc, xn, qpos, probes, bounds = q
     Yo, Yc, yn, ygids, ys = Y
     nl, k = ind.shape
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    nothing = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
     if nl == 0 or p1 <= p0 or Yo.shape[0] == 0:
-        return empty
+        return nothing
     cells = probes[:, p0:p1]
     need = (bounds[:, p0:p1] < np.sqrt(d2[:, k - 1:k])) & (ys[cells + 1] > ys[cells])
     qi, t = np.nonzero(need)
     if qi.shape[0] == 0:
-        return empty
+        return nothing
     c = cells[qi, t]
     o = np.argsort(c, kind="stable")
     qi, c = qi[o], c[o]
     cut = np.concatenate([[0], np.flatnonzero(np.diff(c)) + 1, [qi.shape[0]]]).tolist()
     keys = np.repeat(d2[:, k - 1:k].astype(np.float32), k, axis=1)
     ids = np.full((nl, k), -1, dtype=np.int64)
-    for g0, g1 in zip(cut[:-1], cut[1:], strict=True):
+    spans = [(g0, g1, int(ys[c[g0]]), int(ys[c[g0] + 1])) for g0, g1 in zip(cut[:-1], cut[1:], strict=True)]
+    # one product buffer for every cell: BLAS zeroes its output first, and fresh
+    # pages for each product fault (at the hypervisor here) on that first touch
+    buf = empty(max((g1 - g0) * (b1 - b0) for g0, g1, b0, b1 in spans), Xc.dtype)
+    for g0, g1, b0, b1 in spans:
         rows = qi[g0:g1]
-        b0, b1 = int(ys[c[g0]]), int(ys[c[g0] + 1])
-        G = Xc[rows] @ Yc[b0:b1].T
+        G = buf[:(g1 - g0) * (b1 - b0)].reshape(g1 - g0, b1 - b0)
+        pos = qpos[rows]
+        # a cell against itself: the query rows are that cell's block of Y, no gather needed
+        own_cell = g1 - g0 == b1 - b0 and pos[0] == b0 and pos[-1] == b1 - 1 and bool((np.diff(pos) == 1).all())
+        np.matmul(Yc[b0:b1] if own_cell else Xc[rows], Yc[b0:b1].T, out=G)
         _scan_rows(G, xn, yn[b0:b1], rows, qpos, b0, keys, ids)
         counters["distance_evaluations"] += int(G.size)
     qr, t = np.nonzero(ids >= 0)
