@@ -129,7 +129,8 @@ class _HostPool:
     def __init__(self) -> None:
         self._free: dict[int, list[np.ndarray]] = {}
         self._held = 0
-        self._lock = threading.Lock()
+        # re-entrant: a gc pass inside a locked section may finalize another lease in this thread
+        self._lock = threading.RLock()
 
     @property
     def limit(self) -> int:
