@@ -660,7 +660,7 @@ def _load_input(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, bool]:
         a = payload
         if namespace(a) is np and not (a.flags.c_contiguous and a.flags.aligned):
             # deserialised frames can sit off element alignment, which FFTW refuses
-            out = _empty(a.shape, a.dtype, a)
+            out = empty(a.shape, a.dtype, like=a)
             out[...] = a
             return out, True
         if not a.flags.c_contiguous:
@@ -685,7 +685,7 @@ def _load_input(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, bool]:
             dt = lst[0][1].dtype
             like = lst[0][1]
             break
-    out = _empty(tuple(hi - lo for lo, hi in mine), dt, like)
+    out = empty(tuple(hi - lo for lo, hi in mine), dt, like=like)
     for lst in got:
         for box, arr in lst:
             out[tuple(slice(lo - mlo, hi - mlo) for (lo, hi), (mlo, _) in zip(box, mine, strict=True))] = arr
@@ -700,13 +700,6 @@ def _n_chunks(extent: int, slice_bytes: int, overlap: bool, transposing: bool) -
     if overlap and transposing:
         n = max(n, 4 if total >= (8 << 20) else 1)
     return int(max(1, min(extent, _MAX_CHUNKS, n)))
-
-
-def _local_shape(plan: FFTPlan, k: int, rank_coords: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
-    out = list(shape)
-    for (a, offs), c in zip(plan.layouts[k], rank_coords, strict=True):
-        out[a] = int(offs[c + 1] - offs[c])
-    return tuple(out)
 
 
 def _stage_out_local(a: Any, st: _Stage) -> tuple[int, ...]:
@@ -728,11 +721,11 @@ def _local_stage(a: Any, owned: bool, st: _Stage, plan: FFTPlan) -> tuple[Any, b
     """A stage with no transpose after it: chunked along its largest batch axis (plans stay small)."""
     if not st.kind or a.size == 0:
         if st.kind and a.size == 0:
-            return _empty(_stage_out_local(a, st), _out_dtype(a, st, plan), a), True
+            return empty(_stage_out_local(a, st), _out_dtype(a, st, plan), like=a), True
         return a, owned
     out_shape = _stage_out_local(a, st)
     inplace = owned and st.kind in ("fwd", "bwd")
-    out = a if inplace else _empty(out_shape, _out_dtype(a, st, plan), a)
+    out = a if inplace else empty(out_shape, _out_dtype(a, st, plan), like=a)
     src = a if owned or st.kind != "c2r" else a.copy()  # c2r may destroy its input
     batch = [ax for ax in range(a.ndim) if ax not in st.axes]
     if batch:
@@ -762,7 +755,7 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
     new_shape = list(mid_shape)
     new_shape[xax] = int(x_offs[-1])
     new_shape[yax] = int(y_offs[me + 1] - y_offs[me])
-    new = _empty(tuple(new_shape), out_dt, a)
+    new = empty(tuple(new_shape), out_dt, like=a)
     slice_bytes = math.prod(mid_shape) // max(1, mid_shape[xax]) * np.dtype(out_dt).itemsize
     scale = plan.scale if scale_pending else 1.0
     xp = namespace(a)
@@ -771,10 +764,9 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
         return block_offsets(extent, _n_chunks(extent, slice_bytes, plan.overlap, True))
 
     my_chunks = chunking(a.shape[xax])
-    # send buffers are recycled once a send has returned (the comms' contract: the buffer is the caller's
-    # again), so a transpose faults in a few chunks' worth of pages instead of its whole volume
-    pool = _BufferPool(enabled=xp is np)
-    sender = _Sender(sub, pool) if plan.overlap and p > 1 else None
+    # send buffers come from the host pool and go back once a send has returned and dropped them,
+    # so a transpose faults in a few chunks' worth of pages instead of its whole volume
+    sender = _Sender(sub) if plan.overlap and p > 1 else None
     tag0 = ("fft-t", k)
     src = a if owned or st.kind != "c2r" else a.copy()
     buf = None
@@ -788,7 +780,7 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                 cshape = list(mid_shape)
                 cshape[xax] = hi - lo
                 if buf is None or buf.shape != tuple(cshape):
-                    buf = _empty(tuple(cshape), out_dt, a)
+                    buf = empty(tuple(cshape), out_dt, like=a)
                 tf = time.perf_counter()
                 _fft_into(part, buf, st)
                 timers["fft_s"] += time.perf_counter() - tf
@@ -808,7 +800,7 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                     else:
                         new[tuple(tsl)] = piece
                     continue
-                packed = pool.take(piece.shape, out_dt, a)
+                packed = empty(piece.shape, out_dt, like=a)
                 if scale != 1.0:
                     xp.multiply(piece, scale, out=packed)
                 else:
@@ -819,7 +811,6 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                     sender.put(dst, packed, (*tag0, c))
                 else:
                     sub.send(dst, packed, tag=(*tag0, c))
-                    pool.give(packed)
                 tp = time.perf_counter()
                 timers["wait_s"] += tp - tw
             timers["pack_s"] += time.perf_counter() - tp
@@ -846,35 +837,11 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
     return new
 
 
-class _BufferPool:
-    """Free send buffers by (shape, dtype); thread safe (the sender thread hands buffers back)."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.free: dict[tuple, list] = {}
-        self.lock = threading.Lock()
-
-    def take(self, shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
-        key = (tuple(shape), np.dtype(dtype).str)
-        with self.lock:
-            lst = self.free.get(key)
-            if lst:
-                return lst.pop()
-        return _empty(tuple(shape), dtype, like)
-
-    def give(self, buf: Any) -> None:
-        if not self.enabled:
-            return
-        with self.lock:
-            self.free.setdefault((tuple(buf.shape), buf.dtype.str), []).append(buf)
-
-
 class _Sender:
     """Background thread shipping transpose pieces so the FFT of the next chunk overlaps the transfer."""
 
-    def __init__(self, comm: Any, pool: _BufferPool | None = None, depth: int = 4) -> None:
+    def __init__(self, comm: Any, depth: int = 4) -> None:
         self.comm = comm
-        self.pool = pool
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="wb-fft-sender")
@@ -891,9 +858,7 @@ class _Sender:
                 self.comm.send(item[0], item[1], tag=item[2])
             except BaseException as e:  # surfaced on close
                 self.error = e
-                continue
-            if self.pool is not None:
-                self.pool.give(item[1])
+            del item  # the sent buffer goes back to the host pool now, not at the next get()
 
     def put(self, dst: int, obj: Any, tag: tuple) -> None:
         if self.error is not None:
@@ -910,10 +875,6 @@ class _Sender:
 # --------------------------------------------------------------------------
 # Worker-local FFT engines: FFTW (pyFFTW), scipy.fft, cupyx.scipy.fft
 # --------------------------------------------------------------------------
-
-
-def _empty(shape: tuple[int, ...], dtype: Any, like: Any) -> Any:
-    return empty(shape, dtype, like=like)  # host: aligned for FFTW, large ones pooled
 
 
 #: Worker-local FFT engine on CPU workers: "auto" (pyFFTW when installed, else scipy.fft) or "scipy".
