@@ -251,13 +251,13 @@ def test_one_rhs_batch_kernels_match_the_general_ones():
     rows0 = np.concatenate([[0], np.cumsum(np.minimum(lens, 2))]).astype(np.int64)
     M = int(rows0[-1])
     ref = [np.zeros((M, V)), np.zeros((M, V)), np.zeros((M, 1, V))]
-    K["reduce"](dl, d, du, b, starts, lens, rows0, *ref, np.zeros(lens.size), 1, Vt, 0, V)
+    K["reduce"](dl, d, du, b, starts, lens, rows0, *ref, np.zeros(lens.size), 1, Vt)
     got = [np.zeros((M, V)), np.zeros((M, V)), np.zeros((M, V))]
     K["reduce_b1"](dl, d, du, b[:, 0], starts, lens, rows0, *got, np.zeros(lens.size), Vt)
     for r, g in zip(ref, got, strict=True):
         assert np.array_equal(r.reshape(M, V), g)
     Y0, Y1 = rng.uniform(-1, 1, (lens.size, 1, V)), rng.uniform(-1, 1, (lens.size, 1, V))
     x1, x2 = np.zeros((m, 1, V)), np.zeros((m, V))
-    K["expand"](dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt, 0, V)
+    K["expand"](dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt)
     K["expand_b1"](dl, d, du, b[:, 0], starts, lens, Y0[:, 0], Y1[:, 0], x2, Vt)
     assert np.array_equal(x1[:, 0], x2)

@@ -1001,8 +1001,7 @@ def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
     if use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         chk = np.zeros(lens.size)
-        _numba_kernels()["reduce"](*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt, 0,
-                                   d.shape[1])
+        _numba_kernels()["reduce"](*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
         return chk
     return _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD)
 
@@ -1019,7 +1018,7 @@ def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
                                       _TILE_SYSTEMS)
     elif use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
-        _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt, 0, d.shape[1])
+        _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
     else:
         _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x)
 
@@ -1132,9 +1131,10 @@ def _numba_kernels() -> dict:
     ri = t.Array(t.int64, 1, "C", readonly=True)
     w1, w2, w3 = t.Array(t.float64, 1, "C"), t.Array(t.float64, 2, "C"), t.Array(t.float64, 3, "C")
 
-    @jit(r2, r2, r2, r3, ri, ri, ri, w2, w2, w3, w1, t.int64, t.int64, t.int64, t.int64)
-    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt, vlo, vhi):
+    @jit(r2, r2, r2, r3, ri, ri, ri, w2, w2, w3, w1, t.int64, t.int64)
+    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
         S = starts.size
+        V = d.shape[1]
         R = b.shape[1]
         sa = np.empty((G, Vt))
         sc = np.empty((G, Vt))
@@ -1146,8 +1146,8 @@ def _numba_kernels() -> dict:
             Lmax = 0
             for g in range(gn):
                 Lmax = max(Lmax, lens[s0 + g])
-            for v0 in range(vlo, vhi, Vt):
-                vn = min(Vt, vhi - v0)
+            for v0 in range(0, V, Vt):
+                vn = min(Vt, V - v0)
                 cacc[:, :] = 0.0
                 # downward sweep: row i as  sa x_first + x_i + sc x_{i+1} = sd
                 for j in range(Lmax):
@@ -1234,9 +1234,10 @@ def _numba_kernels() -> dict:
                         t += cacc[g, v]
                     chk[s0 + g] += t
 
-    @jit(r2, r2, r2, r3, ri, ri, r3, r3, w3, t.int64, t.int64, t.int64, t.int64)
-    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt, vlo, vhi):
+    @jit(r2, r2, r2, r3, ri, ri, r3, r3, w3, t.int64, t.int64)
+    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt):
         S = starts.size
+        V = d.shape[1]
         R = b.shape[1]
         Lmax = 0
         for s in range(S):
@@ -1248,8 +1249,8 @@ def _numba_kernels() -> dict:
             Lg = 0
             for g in range(gn):
                 Lg = max(Lg, lens[s0 + g])
-            for v0 in range(vlo, vhi, Vt):
-                vn = min(Vt, vhi - v0)
+            for v0 in range(0, V, Vt):
+                vn = min(Vt, V - v0)
                 for g in range(gn):
                     s = s0 + g
                     i0 = starts[s]
