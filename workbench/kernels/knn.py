@@ -1068,6 +1068,18 @@ def _cell_probes(Xc: np.ndarray, cent: np.ndarray, n_probe: int) -> tuple[np.nda
     return probes, bounds
 
 
+@numba.njit(inline="always")
+def _sift_in(vals, ids, r, pos, lo, key, ident):  # pragma: no cover - compiled
+    # insert (key, ident) into row r's ascending list: entries lo..pos-1 above key move up one,
+    # the one at pos drops off
+    while pos > lo and vals[r, pos - 1] > key:
+        vals[r, pos] = vals[r, pos - 1]
+        ids[r, pos] = ids[r, pos - 1]
+        pos -= 1
+    vals[r, pos] = key
+    ids[r, pos] = ident
+
+
 @numba.njit(cache=True, nogil=True)
 def _top_bounds(D, inv, probes, bounds):
     # per row of D (|c|^2 - 2 q.c): own cell = argmin, then the smallest
@@ -1090,13 +1102,7 @@ def _top_bounds(D, inv, probes, bounds):
                 continue
             if size < p:
                 size += 1
-            t = size - 1
-            while t > 1 and bounds[i, t - 1] > b:
-                bounds[i, t] = bounds[i, t - 1]
-                probes[i, t] = probes[i, t - 1]
-                t -= 1
-            bounds[i, t] = b
-            probes[i, t] = c
+            _sift_in(bounds, probes, i, size - 1, 1, b, c)
 
 
 def _by_cell(Y: np.ndarray, Yc: np.ndarray, yn: np.ndarray, ygids: np.ndarray, ylab: np.ndarray, order: np.ndarray,
@@ -1185,13 +1191,7 @@ def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
                 j = buf[u]
                 key = qni + yn[j] - 2.0 * Gi[j]
                 if key < thr and y0 + j != qpos[r]:
-                    p = k - 1
-                    while p > 0 and keys[r, p - 1] > key:
-                        keys[r, p] = keys[r, p - 1]
-                        ids[r, p] = ids[r, p - 1]
-                        p -= 1
-                    keys[r, p] = key
-                    ids[r, p] = y0 + j
+                    _sift_in(keys, ids, r, k - 1, 0, key, y0 + j)
                     thr = keys[r, k - 1]
 
 
