@@ -87,7 +87,7 @@ def _fail_on_rank1(comm, _):
 def test_failing_rank_fails_the_group_fast(client4):
     addrs = worker_addresses(client4)[:3]
     t0 = time.perf_counter()
-    with pytest.raises((ZeroDivisionError, comms.PeerFailedError)):
+    with pytest.raises(ZeroDivisionError, match="rank 1 exploded"):   # the cause, not an aborted peer's error
         comms.spmd(_fail_on_rank1, [None] * 3, client=client4, workers=addrs, timeout=120)
     assert time.perf_counter() - t0 < 30
 

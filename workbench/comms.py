@@ -811,9 +811,18 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
                     f.cancel()
                 _forget_infos(futures)
                 raise WorkerLostError(f"SPMD group {futures.group} lost worker(s) {lost}")
-    if any(f.status == "error" for f in futures):
+    failed = [f for f in futures if f.status == "error"]
+    if failed:
         _forget_infos(futures)
-        next(f for f in futures if f.status == "error").result()  # re-raise the first real error
+        # re-raise the cause, not the peers it aborted (whose errors may reach the client first)
+        if pending and all(isinstance(f.exception(), PeerFailedError) for f in failed):
+            try:
+                wait(pending, timeout=10)
+            except TimeoutError as e:
+                e.__traceback__ = e.__context__ = None
+            failed = [f for f in futures if f.status == "error"]
+        cause = next((f for f in failed if not isinstance(f.exception(), PeerFailedError)), failed[0])
+        cause.result()
 
 
 def _forget_infos(futures: _SPMDFutures) -> None:
