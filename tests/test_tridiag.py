@@ -105,6 +105,77 @@ def test_identical_for_1_2_3_workers_and_all_work(clients):
     _close(outs[1, "exact"], _oracle(dl, d, du, b))
 
 
+@pytest.mark.parametrize("periodic", [False, True])
+def test_fused_pass_for_dominant_batches(clients, periodic):
+    # n = 1100 gives 12 blocks of ~92 rows: long enough for the fused single pass
+    dl, d, du, b = _system("dominant", 1100, 9, None, seed=21, periodic=periodic)
+    outs = {}
+    for p in (1, 2, 3):
+        x = wb.tridiag_solve(dl, d, du, b, periodic=periodic, client=clients(p))
+        assert x.stats["path"] == "fused" and x.stats["truncation_coupling"] <= 2.0 ** -53
+        outs[p] = np.asarray(x)
+    assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
+    if periodic:
+        assert max(validate_tridiag(dl[k], d[k], du[k], b[k], outs[1][k], periodic=True) for k in range(9)) < 1e-14
+    else:
+        _close(outs[1], _oracle(dl, d, du, b))
+        rows = distribute_system(dl, d, du, b, client=clients(3))     # line-major, already on the workers
+        xr = wb.tridiag_solve(*rows, client=clients(3))
+        assert xr.stats["path"] == "fused" and np.array_equal(np.asarray(xr).T, outs[1])
+
+
+def test_fused_pass_falls_back_when_coupling_does_not_decay(clients):
+    client = clients(2)
+    rng = np.random.default_rng(22)
+    n, V = 1100, 8
+    dl, du = np.full((V, n - 1), 0.5), np.full((V, n - 1), 0.5)
+    d = 1.0 + 1e-3 * rng.random((V, n))                                # barely dominant: decays over ~1000 rows
+    b = rng.standard_normal((V, n))
+    x = wb.tridiag_solve(dl, d, du, b, client=client)
+    assert x.stats["path"] == "two-pass" and x.stats["reduced"] == "exact"
+    _close(x, _oracle(dl, d, du, b))
+    from workbench.partition import RowBlocks
+
+    dlr, dr, dur, br = distribute_system(dl, d, du, b, client=client)
+
+    def poison(a):
+        a = a.copy()
+        a[a.shape[0] // 2, 3] = np.inf                                 # inside the last worker's block
+        return a
+
+    parts = list(dr.parts)
+    parts[-1] = client.submit(poison, parts[-1], workers=[dr.workers[-1]], pure=False)
+    bad = RowBlocks(parts, dr.offsets, dr.shape, dr.dtype, dr.workers, kind="dense", meta=dr.meta)
+    with pytest.raises(ValueError, match="non-finite"):
+        wb.tridiag_solve(dlr, bad, dur, br, client=client)
+
+
+def test_fused_kernel_windows_and_tiles_match_thomas():
+    pytest.importorskip("numba")
+    from workbench.kernels.tridiag import _numba_kernels, thomas_reference
+
+    K = _numba_kernels()
+    rng = np.random.default_rng(23)
+    lens = np.array([40, 57, 33], np.int64)                           # windows of 8: ragged last windows
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    m, V, Vt, W, H = int(lens.sum()), 13, 5, 8, 16                    # tiles of 5 systems: a ragged last tile
+    dl, du = rng.uniform(-1, 1, (m, V)), rng.uniform(-1, 1, (m, V))
+    dl[0], du[-1] = 0.0, 0.0                                          # the line's ends
+    d = 20.0 + rng.uniform(0, 1, (m, V))                               # |c'| < 0.06: 16 rows reach rounding
+    b = rng.uniform(-1, 1, (m, V))
+    x, VS, WS, edge = np.zeros((m, V)), np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
+    chk, tau = np.zeros(1), np.zeros(3)
+    K["fused"](dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
+    ref = thomas_reference(dl[1:].T, d.T, du[:-1].T, b.T).T
+    assert np.isfinite(chk[0]) and tau.max() <= 2.0 ** -53
+    assert np.abs(x - ref).max() <= 1e-15 * np.abs(ref).max()
+    assert np.array_equal(edge[0], x[0]) and np.array_equal(edge[2], x[-1])
+    assert not VS.any() and not WS.any()                              # no neighbours at the line's ends
+    d[50, 2] = 0.5 * d[50, 2] * np.nan
+    K["fused"](dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
+    assert not np.isfinite(chk[0])
+
+
 def test_truncation_bound(clients):
     client = clients(2)
     n = 240                                                          # 12 sub-blocks of 20 rows

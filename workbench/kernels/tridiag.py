@@ -79,6 +79,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from .. import comms
@@ -108,6 +109,14 @@ _BLOCK_ROWS = 512
 _BLOCK_ROWS_BATCH = 64
 #: Systems per tile of a batch sweep: wide rows stream (prefetch, few TLB misses).
 _TILE_SYSTEMS = 1024
+#: Fused single pass (batches, one right-hand side): systems per tile, rows per back-substitution
+#: window, and the halo: rows below a window (and rows at a block's edges) over which the
+#: neighbours' influence must decay below rounding (checked; otherwise the two-pass path runs).
+_FUSED_TILE = 2048
+_FUSED_WINDOW = 64
+_FUSED_HALO = 32
+#: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers).
+_FUSED_BLOCKS = 12
 #: Truncate the reduced system when every dropped coupling is below this.
 _TRUNC_TOL = 2.0 ** -53
 #: Scale for the finiteness accumulator: large finite entries must not overflow it.
@@ -567,6 +576,30 @@ def _sub_blocks(lo: int, hi: int, grid: np.ndarray) -> tuple[np.ndarray, np.ndar
     return edges[:-1], np.diff(edges)
 
 
+def _fused_blocks(spec: _Spec, mode: str, gpu: bool, offs: np.ndarray, grid: np.ndarray) -> list | None:
+    """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
+
+    The blocks are runs of the grid's sub-blocks cut at every ``K / 12``-th grid
+    point (and at rank edges), so for 1, 2, 3, 4, 6 or 12 workers they are the
+    same blocks and the answers stay bitwise identical.
+    """
+    K = len(grid) - 1
+    P = len(offs) - 1
+    if (mode != "solve" or spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or gpu or spec.engine == "array"
+            or K % _FUSED_BLOCKS or any(offs[r + 1] <= offs[r] for r in range(P))):
+        return None
+    coarse = grid[::K // _FUSED_BLOCKS]
+    out = []
+    for r in range(P):
+        lo, hi = int(offs[r]), int(offs[r + 1])
+        edges = np.array([lo, *[int(g) for g in coarse if lo < g < hi], hi], dtype=np.int64) - lo
+        lens = np.diff(edges)
+        if (lens < 2 * _FUSED_HALO + 2).any():
+            return None
+        out.append((edges[:-1], lens))
+    return out
+
+
 def _pad_host(dl: np.ndarray, du: np.ndarray, n: int, periodic: bool) -> tuple[np.ndarray, np.ndarray]:
     if periodic:
         return dl, du
@@ -643,13 +676,13 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     if spec.compact and any(offs[r + 1] - offs[r] < 2 for r in nonempty):
         raise ValueError("compact_derivative needs every non-empty block to hold >= 2 rows")
     gpu = backend_of(client) == "gpu"
-    if not gpu and spec.engine != "array":
-        _numba_kernels()  # compile (or load) once here so the workers only load the cache
     cfg = {"n": spec.n, "V": spec.V, "R": spec.R, "periodic": spec.periodic, "reduced": spec.reduced,
            "engine": spec.engine, "form": "rows" if spec.source == "rows" else ("batch" if spec.batched else "single"),
            "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
            "h": spec.h, "mode": mode}
-    rank_args = [(parts[r], int(offs[r]), int(offs[r + 1]), blocks[r][0], blocks[r][1]) for r in range(P)]
+    fused = _fused_blocks(spec, mode, gpu, offs, grid)
+    rank_args = [(parts[r], int(offs[r]), int(offs[r + 1]), blocks[r][0], blocks[r][1],
+                  None if fused is None else fused[r]) for r in range(P)]
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",
                           publish_info=True)
     comms.wait_group(futs)
@@ -672,6 +705,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "reduced": infos[0]["reduced"],
         "truncation_coupling": infos[0]["tau"],
         "engine": infos[0]["engine"],
+        "path": infos[0]["path"],
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},
         "rows_per_worker": [int(offs[r + 1] - offs[r]) for r in range(P)],
     }
@@ -697,7 +731,7 @@ def _user_layout(X: Any, spec: _Spec) -> Any:
 
 
 def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
-    parts, lo, hi, starts, lens = arg
+    parts, lo, hi, starts, lens, fused = arg
     t0 = time.perf_counter()
     phases = {}
     if cfg["gpu"]:
@@ -710,7 +744,11 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         dl, d, du = (_line_major_local(p, cfg, rhs=False) for p in parts[:3])
         b = _line_major_local(parts[3], cfg, rhs=True)
     phases["layout"] = time.perf_counter() - t0
-    x, info = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
+    x = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if fused is not None else None
+    if x is not None:
+        info = {"reduced": "truncated", "tau": phases.pop("tau"), "engine": "numba", "path": "fused"}
+    else:
+        x, info = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
     info.update(seconds=time.perf_counter() - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"])
     return x, info
 
@@ -770,7 +808,52 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
         Y1 = Y[rows0[1:] - 1]
         _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba)
     phases["expand"] = time.perf_counter() - t
-    return x, {"reduced": mode, "tau": tau, "engine": "numba" if use_numba else xp.__name__}
+    return x, {"reduced": mode, "tau": tau, "engine": "numba" if use_numba else xp.__name__, "path": "two-pass"}
+
+
+def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray, blocks: tuple,
+                 cfg: dict, phases: dict) -> np.ndarray | None:
+    """One pass over the inputs, then one exchange with each neighbour; None (on every rank) when the
+    neighbours' influence does not decay within the halo or something is non-finite: the two-pass path
+    then solves (and reports bad input)."""
+    t = time.perf_counter()
+    starts, lens = blocks
+    m, V = d.shape
+    H = _FUSED_HALO
+    kern = _numba_kernels()
+    x = empty((m, 1, V))
+    VS, WS, edge = np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
+    chk, tau = np.zeros(1), np.zeros(3)
+    kern["fused"](*_c(dl, d, du, b[:, 0]), *_i(starts, lens), x[:, 0], VS, WS, edge, chk, tau,
+                  min(V, _FUSED_TILE), _FUSED_WINDOW, H)
+    phases["sweep"] = time.perf_counter() - t
+    t = time.perf_counter()
+    worst = float(tau.max()) if np.isfinite(chk[0]) else math.inf
+    worst = float(comm.allreduce(worst, op="max"))
+    if not worst <= _TRUNC_TOL:
+        phases["couple"] = time.perf_counter() - t
+        return None
+    prev, nxt = _neighbours(comm, cfg, m)
+    sends = {}
+    if prev is not None and prev != comm.rank:
+        sends.setdefault(prev, {})["to_prev"] = edge[:2]
+    if nxt is not None and nxt != comm.rank:
+        sends.setdefault(nxt, {})["to_next"] = edge[2:]
+    got = comm.neighbor_exchange(sends, recv_from=sorted(sends))
+    phases["couple"] = time.perf_counter() - t
+    t = time.perf_counter()
+    bad = np.zeros(1)
+    if prev is not None:  # (prev's last | my first): my first H rows take v * x_last(prev)
+        yl, wl = got[prev]["to_next"] if prev != comm.rank else edge[2:]
+        kern["fused_fix"](x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
+    if nxt is not None:   # (my last | next's first): my last H rows take w * x_first(next)
+        yr, vr = got[nxt]["to_prev"] if nxt != comm.rank else edge[:2]
+        kern["fused_fix"](x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
+    if bad[0]:
+        raise np.linalg.LinAlgError("singular 2x2 interface system between workers' blocks")
+    phases["fix"] = time.perf_counter() - t
+    phases["tau"] = worst
+    return x
 
 
 def _raise_if_bad(chk: Any, arrays: tuple, lo: int, starts: np.ndarray, lens: np.ndarray) -> None:
@@ -815,16 +898,9 @@ def _couple_exact(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict, use_numba: bo
 def _couple_truncated(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict) -> Any:
     """Each interface (last row of a block, first row of the next) as a 2x2 system, neighbours only."""
     xp = namespace(RA)
-    ne = cfg["nonempty"]
     M = RA.shape[0]
     sends, recv_from = {}, []
-    prev = nxt = None
-    if M:
-        i = ne.index(comm.rank)
-        if i > 0 or cfg["periodic"]:
-            prev = ne[i - 1]
-        if i < len(ne) - 1 or cfg["periodic"]:
-            nxt = ne[(i + 1) % len(ne)]
+    prev, nxt = _neighbours(comm, cfg, M)
     # both neighbours may be the same rank (two ranks, periodic): tag the payloads by side
     if prev is not None:
         sends.setdefault(prev, {})["to_next"] = (RA[0], RD[0])
@@ -850,6 +926,17 @@ def _couple_truncated(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict) -> Any:
     Y[0::2] = yn[:-1]
     Y[1::2] = yp[1:]
     return Y
+
+
+def _neighbours(comm: Any, cfg: dict, m: int) -> tuple[int | None, int | None]:
+    """The previous and next non-empty ranks along the line (wrapping when periodic); None at an end."""
+    if not m:
+        return None, None
+    ne = cfg["nonempty"]
+    i = ne.index(comm.rank)
+    prev = ne[i - 1] if i > 0 or cfg["periodic"] else None
+    nxt = ne[(i + 1) % len(ne)] if i < len(ne) - 1 or cfg["periodic"] else None
+    return prev, nxt
 
 
 def _gtsv_pivoted(A: Any, C: Any, D: Any) -> Any:
@@ -925,15 +1012,9 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
     xp = namespace(f)
     n, periodic, h = cfg["n"], cfg["periodic"], cfg["h"]
     alpha, a, bb = COMPACT6
-    ne = cfg["nonempty"]
     m = f.shape[0]
-    sends, recv_from, prev, nxt = {}, [], None, None
-    if m:
-        i = ne.index(comm.rank)
-        if i > 0 or periodic:
-            prev = ne[i - 1]
-        if i < len(ne) - 1 or periodic:
-            nxt = ne[(i + 1) % len(ne)]
+    sends, recv_from = {}, []
+    prev, nxt = _neighbours(comm, cfg, m)
     if prev is not None:
         sends.setdefault(prev, {})["to_next"] = f[:2]
         recv_from.append(prev)
@@ -1024,7 +1105,7 @@ def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
 
 
 def _c(*arrays: np.ndarray) -> list[np.ndarray]:
-    # one compiled signature (all C-contiguous float64) keeps numba's compile and cache small;
+    # C-contiguous float64 only keeps numba's specializations (compiles, cache entries) few;
     # stride-0 broadcast coefficients (compact scheme, unit diagonals) are materialized here
     return [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
 
@@ -1112,562 +1193,764 @@ def _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x):
         x[i] = x[i] - cs[j][xp.asarray(sel)][:, None] * x[i + 1]
 
 
-_NUMBA: dict = {}
+# Kernels compile on first call and are cached on disk (module-level functions: numba cannot cache
+# closures, and every worker process would compile them again).
+_njit = numba.njit(cache=True, error_model="numpy", nogil=True)
+_inline = numba.njit(inline="always", error_model="numpy", cache=True)
 
 
 def _numba_kernels() -> dict:
-    """Compile (or load from cache) the numba kernels on first use."""
-    if _NUMBA:
-        return _NUMBA
-    import numba
-    from numba import types as t
+    """The numba kernels by name (each compiles, or loads from the cache, on its first call)."""
+    return _NUMBA
 
-    def jit(*args: Any) -> Any:
-        return numba.njit(t.void(*args), cache=True, error_model="numpy", nogil=True)
 
-    # inputs are typed read-only (scattered arrays arrive read-only; writable ones convert for free)
-    r2, r3 = t.Array(t.float64, 2, "C", readonly=True), t.Array(t.float64, 3, "C", readonly=True)
-    r1 = t.Array(t.float64, 1, "C", readonly=True)
-    ri = t.Array(t.int64, 1, "C", readonly=True)
-    w1, w2, w3 = t.Array(t.float64, 1, "C"), t.Array(t.float64, 2, "C"), t.Array(t.float64, 3, "C")
-
-    @jit(r2, r2, r2, r3, ri, ri, ri, w2, w2, w3, w1, t.int64, t.int64)
-    def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
-        S = starts.size
-        V = d.shape[1]
-        R = b.shape[1]
-        sa = np.empty((G, Vt))
-        sc = np.empty((G, Vt))
-        sd = np.empty((G, R, Vt))
-        ri = np.empty((G, Vt))
-        cacc = np.zeros((G, Vt))
-        for s0 in range(0, S, G):
-            gn = min(G, S - s0)
-            Lmax = 0
-            for g in range(gn):
-                Lmax = max(Lmax, lens[s0 + g])
-            for v0 in range(0, V, Vt):
-                vn = min(Vt, V - v0)
-                cacc[:, :] = 0.0
-                # downward sweep: row i as  sa x_first + x_i + sc x_{i+1} = sd
-                for j in range(Lmax):
-                    for g in range(gn):
-                        L = lens[s0 + g]
-                        if j >= L:
-                            continue
-                        i = starts[s0 + g] + j
-                        if j < 2:
-                            for v in range(vn):
-                                inv = 1.0 / d[i, v0 + v]
-                                a = dl[i, v0 + v]
-                                c = du[i, v0 + v]
-                                sa[g, v] = a * inv
-                                sc[g, v] = c * inv
-                                ri[g, v] = inv
-                                cacc[g, v] += (abs(a) + abs(c) + abs(d[i, v0 + v]) + abs(inv)) * 8.271806125530277e-25
-                            for q in range(R):
-                                for v in range(vn):
-                                    bv = b[i, q, v0 + v]
-                                    sd[g, q, v] = bv * ri[g, v]
-                                    cacc[g, v] += abs(bv) * 8.271806125530277e-25
-                        else:
-                            for v in range(vn):
-                                a = dl[i, v0 + v]
-                                c = du[i, v0 + v]
-                                dd = d[i, v0 + v]
-                                inv = 1.0 / (dd - a * sc[g, v])
-                                sa[g, v] = -a * sa[g, v] * inv
-                                sc[g, v] = c * inv
-                                ri[g, v] = inv
-                                cacc[g, v] += (abs(a) + abs(c) + abs(dd) + abs(inv)) * 8.271806125530277e-25
-                            for q in range(R):
-                                for v in range(vn):
-                                    bv = b[i, q, v0 + v]
-                                    sd[g, q, v] = (bv - dl[i, v0 + v] * sd[g, q, v]) * ri[g, v]
-                                    cacc[g, v] += abs(bv) * 8.271806125530277e-25
-                        if j == L - 1:
-                            r = rows0[s0 + g] + (1 if L >= 2 else 0)
-                            for v in range(vn):
-                                RA[r, v0 + v] = sa[g, v]
-                                RC[r, v0 + v] = sc[g, v]
-                            for q in range(R):
-                                for v in range(vn):
-                                    RD[r, q, v0 + v] = sd[g, q, v]
-                # upward sweep: row i as  sa x_{i-1} + x_i + sc x_last = sd
-                for j in range(Lmax):
-                    for g in range(gn):
-                        L = lens[s0 + g]
-                        if j >= L or L < 2:
-                            continue
-                        i = starts[s0 + g] + L - 1 - j
-                        if j < 2:
-                            for v in range(vn):
-                                inv = 1.0 / d[i, v0 + v]
-                                sa[g, v] = dl[i, v0 + v] * inv
-                                sc[g, v] = du[i, v0 + v] * inv
-                                ri[g, v] = inv
-                            for q in range(R):
-                                for v in range(vn):
-                                    sd[g, q, v] = b[i, q, v0 + v] * ri[g, v]
-                        else:
-                            for v in range(vn):
-                                c = du[i, v0 + v]
-                                inv = 1.0 / (d[i, v0 + v] - c * sa[g, v])
-                                sa[g, v] = dl[i, v0 + v] * inv
-                                sc[g, v] = -c * sc[g, v] * inv
-                                ri[g, v] = inv
-                                cacc[g, v] += abs(inv) * 8.271806125530277e-25
-                            for q in range(R):
-                                for v in range(vn):
-                                    sd[g, q, v] = (b[i, q, v0 + v] - du[i, v0 + v] * sd[g, q, v]) * ri[g, v]
-                        if j == L - 1:
-                            r = rows0[s0 + g]
-                            for v in range(vn):
-                                RA[r, v0 + v] = sa[g, v]
-                                RC[r, v0 + v] = sc[g, v]
-                            for q in range(R):
-                                for v in range(vn):
-                                    RD[r, q, v0 + v] = sd[g, q, v]
-                for g in range(gn):
-                    t = 0.0
-                    for v in range(vn):
-                        t += cacc[g, v]
-                    chk[s0 + g] += t
-
-    @jit(r2, r2, r2, r3, ri, ri, r3, r3, w3, t.int64, t.int64)
-    def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt):
-        S = starts.size
-        V = d.shape[1]
-        R = b.shape[1]
+@_njit
+def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
+    S = starts.size
+    V = d.shape[1]
+    R = b.shape[1]
+    sa = np.empty((G, Vt))
+    sc = np.empty((G, Vt))
+    sd = np.empty((G, R, Vt))
+    ri = np.empty((G, Vt))
+    cacc = np.zeros((G, Vt))
+    for s0 in range(0, S, G):
+        gn = min(G, S - s0)
         Lmax = 0
-        for s in range(S):
-            Lmax = max(Lmax, lens[s])
-        cs = np.empty((max(Lmax, 1), G, Vt))
-        ri = np.empty((G, Vt))
-        for s0 in range(0, S, G):
-            gn = min(G, S - s0)
-            Lg = 0
-            for g in range(gn):
-                Lg = max(Lg, lens[s0 + g])
-            for v0 in range(0, V, Vt):
-                vn = min(Vt, V - v0)
+        for g in range(gn):
+            Lmax = max(Lmax, lens[s0 + g])
+        for v0 in range(0, V, Vt):
+            vn = min(Vt, V - v0)
+            cacc[:, :] = 0.0
+            # downward sweep: row i as  sa x_first + x_i + sc x_{i+1} = sd
+            for j in range(Lmax):
                 for g in range(gn):
-                    s = s0 + g
-                    i0 = starts[s]
-                    i1 = i0 + lens[s] - 1
-                    for q in range(R):
-                        for v in range(vn):
-                            x[i0, q, v0 + v] = Y0[s, q, v0 + v]
-                            x[i1, q, v0 + v] = Y1[s, q, v0 + v]
-                # forward elimination of the interior rows 1..L-2, x_first/x_last known
-                for j in range(1, Lg - 1):
-                    for g in range(gn):
-                        L = lens[s0 + g]
-                        if j > L - 2:
-                            continue
-                        i = starts[s0 + g] + j
-                        last = j == L - 2
-                        for v in range(vn):
-                            if j == 1:
-                                piv = d[i, v0 + v]
-                            else:
-                                piv = d[i, v0 + v] - dl[i, v0 + v] * cs[j - 1, g, v]
-                            inv = 1.0 / piv
-                            ri[g, v] = inv
-                            cs[j, g, v] = 0.0 if last else du[i, v0 + v] * inv
-                        for q in range(R):
-                            for v in range(vn):
-                                t = b[i, q, v0 + v] - dl[i, v0 + v] * x[i - 1, q, v0 + v]
-                                if last:
-                                    t -= du[i, v0 + v] * x[i + 1, q, v0 + v]
-                                x[i, q, v0 + v] = t * ri[g, v]
-                for j in range(Lg - 3, 0, -1):
-                    for g in range(gn):
-                        L = lens[s0 + g]
-                        if j > L - 3:
-                            continue
-                        i = starts[s0 + g] + j
-                        for q in range(R):
-                            for v in range(vn):
-                                x[i, q, v0 + v] -= cs[j, g, v] * x[i + 1, q, v0 + v]
-
-    @jit(r2, r2, r2, r2, w2)
-    def thomas_kernel(dl, d, du, b, x):
-        nb, n = d.shape
-        cp = np.empty(n)
-        for k in range(nb):
-            inv = 1.0 / d[k, 0]
-            cp[0] = du[k, 0] * inv if n > 1 else 0.0
-            x[k, 0] = b[k, 0] * inv
-            for i in range(1, n):
-                inv = 1.0 / (d[k, i] - dl[k, i - 1] * cp[i - 1])
-                cp[i] = du[k, i] * inv if i < n - 1 else 0.0
-                x[k, i] = (b[k, i] - dl[k, i - 1] * x[k, i - 1]) * inv
-            for i in range(n - 2, -1, -1):
-                x[k, i] -= cp[i] * x[k, i + 1]
-
-    @jit(r1, r1, r1, r2, ri, ri, ri, w1, w1, w2, w1)
-    def reduce1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
-        S = starts.size
-        R = b.shape[1]
-        dn = np.empty(R)
-        up = np.empty(R)
-        # one system: each sub-block's downward and upward sweeps run in one loop
-        # (two independent dependency chains); same arithmetic as reduce_kernel
-        for s in range(S):
-            L = lens[s]
-            i0 = starts[s]
-            acc = 0.0
-            da = dc = ua = uc = 0.0
-            for j in range(L):
-                # downward row i (x_first, x_i, x_{i+1}) and upward row k (x_{k-1}, x_k, x_last): independent chains
-                i = i0 + j
-                a = dl[i]
-                c = du[i]
-                dd = d[i]
-                if j < 2:
-                    inv = 1.0 / dd
-                    da = a * inv
-                    for q in range(R):
-                        dn[q] = b[i, q] * inv
-                else:
-                    inv = 1.0 / (dd - a * dc)
-                    da = -a * da * inv
-                    for q in range(R):
-                        dn[q] = (b[i, q] - a * dn[q]) * inv
-                dc = c * inv
-                tt = abs(a) + abs(c) + abs(dd) + abs(inv)
-                for q in range(R):
-                    tt += abs(b[i, q])
-                acc += tt * 8.271806125530277e-25
-                if L >= 2:
-                    k = i0 + L - 1 - j
-                    a2 = dl[k]
-                    c2 = du[k]
+                    L = lens[s0 + g]
+                    if j >= L:
+                        continue
+                    i = starts[s0 + g] + j
                     if j < 2:
-                        inv2 = 1.0 / d[k]
-                        uc = c2 * inv2
+                        for v in range(vn):
+                            inv = 1.0 / d[i, v0 + v]
+                            a = dl[i, v0 + v]
+                            c = du[i, v0 + v]
+                            sa[g, v] = a * inv
+                            sc[g, v] = c * inv
+                            ri[g, v] = inv
+                            cacc[g, v] += (abs(a) + abs(c) + abs(d[i, v0 + v]) + abs(inv)) * 8.271806125530277e-25
                         for q in range(R):
-                            up[q] = b[k, q] * inv2
+                            for v in range(vn):
+                                bv = b[i, q, v0 + v]
+                                sd[g, q, v] = bv * ri[g, v]
+                                cacc[g, v] += abs(bv) * 8.271806125530277e-25
                     else:
-                        inv2 = 1.0 / (d[k] - c2 * ua)
-                        uc = -c2 * uc * inv2
+                        for v in range(vn):
+                            a = dl[i, v0 + v]
+                            c = du[i, v0 + v]
+                            dd = d[i, v0 + v]
+                            inv = 1.0 / (dd - a * sc[g, v])
+                            sa[g, v] = -a * sa[g, v] * inv
+                            sc[g, v] = c * inv
+                            ri[g, v] = inv
+                            cacc[g, v] += (abs(a) + abs(c) + abs(dd) + abs(inv)) * 8.271806125530277e-25
                         for q in range(R):
-                            up[q] = (b[k, q] - c2 * up[q]) * inv2
-                        acc += abs(inv2) * 8.271806125530277e-25
-                    ua = a2 * inv2
-            r = rows0[s]
+                            for v in range(vn):
+                                bv = b[i, q, v0 + v]
+                                sd[g, q, v] = (bv - dl[i, v0 + v] * sd[g, q, v]) * ri[g, v]
+                                cacc[g, v] += abs(bv) * 8.271806125530277e-25
+                    if j == L - 1:
+                        r = rows0[s0 + g] + (1 if L >= 2 else 0)
+                        for v in range(vn):
+                            RA[r, v0 + v] = sa[g, v]
+                            RC[r, v0 + v] = sc[g, v]
+                        for q in range(R):
+                            for v in range(vn):
+                                RD[r, q, v0 + v] = sd[g, q, v]
+            # upward sweep: row i as  sa x_{i-1} + x_i + sc x_last = sd
+            for j in range(Lmax):
+                for g in range(gn):
+                    L = lens[s0 + g]
+                    if j >= L or L < 2:
+                        continue
+                    i = starts[s0 + g] + L - 1 - j
+                    if j < 2:
+                        for v in range(vn):
+                            inv = 1.0 / d[i, v0 + v]
+                            sa[g, v] = dl[i, v0 + v] * inv
+                            sc[g, v] = du[i, v0 + v] * inv
+                            ri[g, v] = inv
+                        for q in range(R):
+                            for v in range(vn):
+                                sd[g, q, v] = b[i, q, v0 + v] * ri[g, v]
+                    else:
+                        for v in range(vn):
+                            c = du[i, v0 + v]
+                            inv = 1.0 / (d[i, v0 + v] - c * sa[g, v])
+                            sa[g, v] = dl[i, v0 + v] * inv
+                            sc[g, v] = -c * sc[g, v] * inv
+                            ri[g, v] = inv
+                            cacc[g, v] += abs(inv) * 8.271806125530277e-25
+                        for q in range(R):
+                            for v in range(vn):
+                                sd[g, q, v] = (b[i, q, v0 + v] - du[i, v0 + v] * sd[g, q, v]) * ri[g, v]
+                    if j == L - 1:
+                        r = rows0[s0 + g]
+                        for v in range(vn):
+                            RA[r, v0 + v] = sa[g, v]
+                            RC[r, v0 + v] = sc[g, v]
+                        for q in range(R):
+                            for v in range(vn):
+                                RD[r, q, v0 + v] = sd[g, q, v]
+            for g in range(gn):
+                t = 0.0
+                for v in range(vn):
+                    t += cacc[g, v]
+                chk[s0 + g] += t
+
+@_njit
+def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt):
+    S = starts.size
+    V = d.shape[1]
+    R = b.shape[1]
+    Lmax = 0
+    for s in range(S):
+        Lmax = max(Lmax, lens[s])
+    cs = np.empty((max(Lmax, 1), G, Vt))
+    ri = np.empty((G, Vt))
+    for s0 in range(0, S, G):
+        gn = min(G, S - s0)
+        Lg = 0
+        for g in range(gn):
+            Lg = max(Lg, lens[s0 + g])
+        for v0 in range(0, V, Vt):
+            vn = min(Vt, V - v0)
+            for g in range(gn):
+                s = s0 + g
+                i0 = starts[s]
+                i1 = i0 + lens[s] - 1
+                for q in range(R):
+                    for v in range(vn):
+                        x[i0, q, v0 + v] = Y0[s, q, v0 + v]
+                        x[i1, q, v0 + v] = Y1[s, q, v0 + v]
+            # forward elimination of the interior rows 1..L-2, x_first/x_last known
+            for j in range(1, Lg - 1):
+                for g in range(gn):
+                    L = lens[s0 + g]
+                    if j > L - 2:
+                        continue
+                    i = starts[s0 + g] + j
+                    last = j == L - 2
+                    for v in range(vn):
+                        if j == 1:
+                            piv = d[i, v0 + v]
+                        else:
+                            piv = d[i, v0 + v] - dl[i, v0 + v] * cs[j - 1, g, v]
+                        inv = 1.0 / piv
+                        ri[g, v] = inv
+                        cs[j, g, v] = 0.0 if last else du[i, v0 + v] * inv
+                    for q in range(R):
+                        for v in range(vn):
+                            t = b[i, q, v0 + v] - dl[i, v0 + v] * x[i - 1, q, v0 + v]
+                            if last:
+                                t -= du[i, v0 + v] * x[i + 1, q, v0 + v]
+                            x[i, q, v0 + v] = t * ri[g, v]
+            for j in range(Lg - 3, 0, -1):
+                for g in range(gn):
+                    L = lens[s0 + g]
+                    if j > L - 3:
+                        continue
+                    i = starts[s0 + g] + j
+                    for q in range(R):
+                        for v in range(vn):
+                            x[i, q, v0 + v] -= cs[j, g, v] * x[i + 1, q, v0 + v]
+
+@_njit
+def thomas_kernel(dl, d, du, b, x):
+    nb, n = d.shape
+    cp = np.empty(n)
+    for k in range(nb):
+        inv = 1.0 / d[k, 0]
+        cp[0] = du[k, 0] * inv if n > 1 else 0.0
+        x[k, 0] = b[k, 0] * inv
+        for i in range(1, n):
+            inv = 1.0 / (d[k, i] - dl[k, i - 1] * cp[i - 1])
+            cp[i] = du[k, i] * inv if i < n - 1 else 0.0
+            x[k, i] = (b[k, i] - dl[k, i - 1] * x[k, i - 1]) * inv
+        for i in range(n - 2, -1, -1):
+            x[k, i] -= cp[i] * x[k, i + 1]
+
+@_njit
+def reduce1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
+    S = starts.size
+    R = b.shape[1]
+    dn = np.empty(R)
+    up = np.empty(R)
+    # one system: each sub-block's downward and upward sweeps run in one loop
+    # (two independent dependency chains); same arithmetic as reduce_kernel
+    for s in range(S):
+        L = lens[s]
+        i0 = starts[s]
+        acc = 0.0
+        da = dc = ua = uc = 0.0
+        for j in range(L):
+            # downward row i (x_first, x_i, x_{i+1}) and upward row k (x_{k-1}, x_k, x_last): independent chains
+            i = i0 + j
+            a = dl[i]
+            c = du[i]
+            dd = d[i]
+            if j < 2:
+                inv = 1.0 / dd
+                da = a * inv
+                for q in range(R):
+                    dn[q] = b[i, q] * inv
+            else:
+                inv = 1.0 / (dd - a * dc)
+                da = -a * da * inv
+                for q in range(R):
+                    dn[q] = (b[i, q] - a * dn[q]) * inv
+            dc = c * inv
+            tt = abs(a) + abs(c) + abs(dd) + abs(inv)
+            for q in range(R):
+                tt += abs(b[i, q])
+            acc += tt * 8.271806125530277e-25
             if L >= 2:
-                RA[r] = ua
-                RC[r] = uc
-                for q in range(R):
-                    RD[r, q] = up[q]
-                r += 1
-            RA[r] = da
-            RC[r] = dc
-            for q in range(R):
-                RD[r, q] = dn[q]
-            chk[s] = acc
-
-    @jit(r1, r1, r1, r2, ri, ri, r2, r2, w2)
-    def expand1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
-        S = starts.size
-        R = b.shape[1]
-        Lmax = 1
-        for s in range(S):
-            Lmax = max(Lmax, lens[s])
-        cs = np.empty(Lmax)
-        for s in range(S):
-            L = lens[s]
-            i0 = starts[s]
-            i1 = i0 + L - 1
-            for q in range(R):
-                x[i0, q] = Y0[s, q]
-                x[i1, q] = Y1[s, q]
-            prev = 0.0
-            for j in range(1, L - 1):
-                i = i0 + j
-                piv = d[i] if j == 1 else d[i] - dl[i] * prev
-                inv = 1.0 / piv
-                last = j == L - 2
-                prev = 0.0 if last else du[i] * inv
-                cs[j] = prev
-                for q in range(R):
-                    tq = b[i, q] - dl[i] * x[i - 1, q]
-                    if last:
-                        tq -= du[i] * x[i + 1, q]
-                    x[i, q] = tq * inv
-            for j in range(L - 3, 0, -1):
-                i = i0 + j
-                for q in range(R):
-                    x[i, q] -= cs[j] * x[i + 1, q]
-
-    # One right-hand side of one system: the sweeps are latency-bound chains (a division per row), so
-    # two sub-blocks of equal length run interleaved -- four (reduce) or two (expand) independent chains
-    # per iteration -- with the chain state in registers.  Same arithmetic as reduce1/expand1.
-    step = numba.njit(inline="always", error_model="numpy")
-
-    @step
-    def down_row(j, a, dd, c, bb, da, dc, dn):
-        if j < 2:
-            inv = 1.0 / dd
-            da = a * inv
-            dn = bb * inv
-        else:
-            inv = 1.0 / (dd - a * dc)
-            da = -a * da * inv
-            dn = (bb - a * dn) * inv
-        return da, c * inv, dn, (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bb)) * 8.271806125530277e-25
-
-    @step
-    def up_row(j, a, dd, c, bb, ua, uc, up):
-        if j < 2:
-            inv = 1.0 / dd
-            uc = c * inv
-            up = bb * inv
-            t = 0.0
-        else:
-            inv = 1.0 / (dd - c * ua)
-            uc = -c * uc * inv
-            up = (bb - c * up) * inv
-            t = abs(inv) * 8.271806125530277e-25
-        return a * inv, uc, up, t
-
-    @step
-    def store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc):
+                k = i0 + L - 1 - j
+                a2 = dl[k]
+                c2 = du[k]
+                if j < 2:
+                    inv2 = 1.0 / d[k]
+                    uc = c2 * inv2
+                    for q in range(R):
+                        up[q] = b[k, q] * inv2
+                else:
+                    inv2 = 1.0 / (d[k] - c2 * ua)
+                    uc = -c2 * uc * inv2
+                    for q in range(R):
+                        up[q] = (b[k, q] - c2 * up[q]) * inv2
+                    acc += abs(inv2) * 8.271806125530277e-25
+                ua = a2 * inv2
         r = rows0[s]
         if L >= 2:
             RA[r] = ua
             RC[r] = uc
-            RD[r] = up
+            for q in range(R):
+                RD[r, q] = up[q]
             r += 1
         RA[r] = da
         RC[r] = dc
-        RD[r] = dn
+        for q in range(R):
+            RD[r, q] = dn[q]
         chk[s] = acc
 
-    @jit(r1, r1, r1, r1, ri, ri, ri, w1, w1, w1, w1)
-    def reduce1p_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
-        S = starts.size
-        s = 0
-        while s < S:
-            L = lens[s]
-            i0 = starts[s]
-            da = dc = dn = ua = uc = up = acc = 0.0
-            if s + 1 < S and lens[s + 1] == L and L >= 2:
-                p0 = starts[s + 1]
-                ea = ec = en = va = vc = vp = acc2 = 0.0
-                for j in range(L):
-                    i, k = i0 + j, i0 + L - 1 - j
-                    da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
-                    acc += t
-                    ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
-                    acc += t
-                    i, k = p0 + j, p0 + L - 1 - j
-                    ea, ec, en, t = down_row(j, dl[i], d[i], du[i], b[i], ea, ec, en)
-                    acc2 += t
-                    va, vc, vp, t = up_row(j, dl[k], d[k], du[k], b[k], va, vc, vp)
-                    acc2 += t
-                store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
-                store_rows(s + 1, L, rows0, RA, RC, RD, chk, ea, ec, en, va, vc, vp, acc2)
-                s += 2
-                continue
+@_njit
+def expand1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
+    S = starts.size
+    R = b.shape[1]
+    Lmax = 1
+    for s in range(S):
+        Lmax = max(Lmax, lens[s])
+    cs = np.empty(Lmax)
+    for s in range(S):
+        L = lens[s]
+        i0 = starts[s]
+        i1 = i0 + L - 1
+        for q in range(R):
+            x[i0, q] = Y0[s, q]
+            x[i1, q] = Y1[s, q]
+        prev = 0.0
+        for j in range(1, L - 1):
+            i = i0 + j
+            piv = d[i] if j == 1 else d[i] - dl[i] * prev
+            inv = 1.0 / piv
+            last = j == L - 2
+            prev = 0.0 if last else du[i] * inv
+            cs[j] = prev
+            for q in range(R):
+                tq = b[i, q] - dl[i] * x[i - 1, q]
+                if last:
+                    tq -= du[i] * x[i + 1, q]
+                x[i, q] = tq * inv
+        for j in range(L - 3, 0, -1):
+            i = i0 + j
+            for q in range(R):
+                x[i, q] -= cs[j] * x[i + 1, q]
+
+# One right-hand side of one system: the sweeps are latency-bound chains (a division per row), so
+# two sub-blocks of equal length run interleaved -- four (reduce) or two (expand) independent chains
+# per iteration -- with the chain state in registers.  Same arithmetic as reduce1/expand1.
+@_inline
+def down_row(j, a, dd, c, bb, da, dc, dn):
+    if j < 2:
+        inv = 1.0 / dd
+        da = a * inv
+        dn = bb * inv
+    else:
+        inv = 1.0 / (dd - a * dc)
+        da = -a * da * inv
+        dn = (bb - a * dn) * inv
+    return da, c * inv, dn, (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bb)) * 8.271806125530277e-25
+
+@_inline
+def up_row(j, a, dd, c, bb, ua, uc, up):
+    if j < 2:
+        inv = 1.0 / dd
+        uc = c * inv
+        up = bb * inv
+        t = 0.0
+    else:
+        inv = 1.0 / (dd - c * ua)
+        uc = -c * uc * inv
+        up = (bb - c * up) * inv
+        t = abs(inv) * 8.271806125530277e-25
+    return a * inv, uc, up, t
+
+@_inline
+def store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc):
+    r = rows0[s]
+    if L >= 2:
+        RA[r] = ua
+        RC[r] = uc
+        RD[r] = up
+        r += 1
+    RA[r] = da
+    RC[r] = dc
+    RD[r] = dn
+    chk[s] = acc
+
+@_njit
+def reduce1p_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
+    S = starts.size
+    s = 0
+    while s < S:
+        L = lens[s]
+        i0 = starts[s]
+        da = dc = dn = ua = uc = up = acc = 0.0
+        if s + 1 < S and lens[s + 1] == L and L >= 2:
+            p0 = starts[s + 1]
+            ea = ec = en = va = vc = vp = acc2 = 0.0
             for j in range(L):
-                i = i0 + j
+                i, k = i0 + j, i0 + L - 1 - j
                 da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
                 acc += t
-                if L >= 2:
-                    k = i0 + L - 1 - j
-                    ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
-                    acc += t
+                ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
+                acc += t
+                i, k = p0 + j, p0 + L - 1 - j
+                ea, ec, en, t = down_row(j, dl[i], d[i], du[i], b[i], ea, ec, en)
+                acc2 += t
+                va, vc, vp, t = up_row(j, dl[k], d[k], du[k], b[k], va, vc, vp)
+                acc2 += t
             store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
-            s += 1
+            store_rows(s + 1, L, rows0, RA, RC, RD, chk, ea, ec, en, va, vc, vp, acc2)
+            s += 2
+            continue
+        for j in range(L):
+            i = i0 + j
+            da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
+            acc += t
+            if L >= 2:
+                k = i0 + L - 1 - j
+                ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
+                acc += t
+        store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
+        s += 1
 
-    @step
-    def fwd_row(j, L, a, dd, c, bb, prev, xprev, xlast):
-        piv = dd if j == 1 else dd - a * prev
-        inv = 1.0 / piv
-        t = bb - a * xprev
-        if j == L - 2:
-            return 0.0, (t - c * xlast) * inv
-        return c * inv, t * inv
+@_inline
+def fwd_row(j, L, a, dd, c, bb, prev, xprev, xlast):
+    piv = dd if j == 1 else dd - a * prev
+    inv = 1.0 / piv
+    t = bb - a * xprev
+    if j == L - 2:
+        return 0.0, (t - c * xlast) * inv
+    return c * inv, t * inv
 
-    @jit(r1, r1, r1, r1, ri, ri, r1, r1, w1)
-    def expand1p_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
-        S = starts.size
-        Lmax = 1
-        for s in range(S):
-            Lmax = max(Lmax, lens[s])
-        cs = np.empty((2, Lmax))
-        s = 0
-        while s < S:
-            L = lens[s]
-            i0 = starts[s]
-            x[i0] = Y0[s]
-            x[i0 + L - 1] = Y1[s]
-            pair = s + 1 < S and lens[s + 1] == L
-            p0 = starts[s + 1] if pair else i0
+@_njit
+def expand1p_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
+    S = starts.size
+    Lmax = 1
+    for s in range(S):
+        Lmax = max(Lmax, lens[s])
+    cs = np.empty((2, Lmax))
+    s = 0
+    while s < S:
+        L = lens[s]
+        i0 = starts[s]
+        x[i0] = Y0[s]
+        x[i0 + L - 1] = Y1[s]
+        pair = s + 1 < S and lens[s + 1] == L
+        p0 = starts[s + 1] if pair else i0
+        if pair:
+            x[p0] = Y0[s + 1]
+            x[p0 + L - 1] = Y1[s + 1]
+        prev = prev2 = 0.0
+        xp_ = Y0[s]
+        xq = Y0[s + 1] if pair else 0.0
+        for j in range(1, L - 1):
+            i = i0 + j
+            prev, xp_ = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev, xp_, x[i0 + L - 1])
+            cs[0, j] = prev
+            x[i] = xp_
             if pair:
-                x[p0] = Y0[s + 1]
-                x[p0 + L - 1] = Y1[s + 1]
-            prev = prev2 = 0.0
-            xp_ = Y0[s]
-            xq = Y0[s + 1] if pair else 0.0
-            for j in range(1, L - 1):
-                i = i0 + j
-                prev, xp_ = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev, xp_, x[i0 + L - 1])
-                cs[0, j] = prev
-                x[i] = xp_
+                i = p0 + j
+                prev2, xq = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev2, xq, x[p0 + L - 1])
+                cs[1, j] = prev2
+                x[i] = xq
+        if L >= 3:
+            xn = x[i0 + L - 2]
+            xm = x[p0 + L - 2]
+            for j in range(L - 3, 0, -1):
+                xn = x[i0 + j] - cs[0, j] * xn
+                x[i0 + j] = xn
                 if pair:
-                    i = p0 + j
-                    prev2, xq = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev2, xq, x[p0 + L - 1])
-                    cs[1, j] = prev2
-                    x[i] = xq
-            if L >= 3:
-                xn = x[i0 + L - 2]
-                xm = x[p0 + L - 2]
-                for j in range(L - 3, 0, -1):
-                    xn = x[i0 + j] - cs[0, j] * xn
-                    x[i0 + j] = xn
-                    if pair:
-                        xm = x[p0 + j] - cs[1, j] * xm
-                        x[p0 + j] = xm
-            s += 2 if pair else 1
+                    xm = x[p0 + j] - cs[1, j] * xm
+                    x[p0 + j] = xm
+        s += 2 if pair else 1
 
-    # A batch with one right-hand side: one fused loop over the tile's systems per row, the sweep
-    # state (a few rows of Vt doubles) in L1.  Same arithmetic as reduce_kernel/expand_kernel.
-    @jit(r2, r2, r2, r2, ri, ri, ri, w2, w2, w2, w1, t.int64)
-    def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
-        S = starts.size
-        V = d.shape[1]
-        sa = np.empty(Vt)
-        sc = np.empty(Vt)
-        sd = np.empty(Vt)
-        cacc = np.empty(Vt)
-        for s in range(S):
-            L = lens[s]
-            i0 = starts[s]
-            r = rows0[s]
-            for v0 in range(0, V, Vt):
-                vn = min(Vt, V - v0)
-                cacc[:vn] = 0.0
+# A batch with one right-hand side: one fused loop over the tile's systems per row, the sweep
+# state (a few rows of Vt doubles) in L1.  Same arithmetic as reduce_kernel/expand_kernel.
+@_njit
+def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
+    S = starts.size
+    V = d.shape[1]
+    sa = np.empty(Vt)
+    sc = np.empty(Vt)
+    sd = np.empty(Vt)
+    cacc = np.empty(Vt)
+    for s in range(S):
+        L = lens[s]
+        i0 = starts[s]
+        r = rows0[s]
+        for v0 in range(0, V, Vt):
+            vn = min(Vt, V - v0)
+            cacc[:vn] = 0.0
+            for j in range(L):
+                i = i0 + j
+                if j < 2:
+                    for v in range(vn):
+                        a = dl[i, v0 + v]
+                        c = du[i, v0 + v]
+                        dd = d[i, v0 + v]
+                        bv = b[i, v0 + v]
+                        inv = 1.0 / dd
+                        sa[v] = a * inv
+                        sc[v] = c * inv
+                        sd[v] = bv * inv
+                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
+                else:
+                    for v in range(vn):
+                        a = dl[i, v0 + v]
+                        c = du[i, v0 + v]
+                        dd = d[i, v0 + v]
+                        bv = b[i, v0 + v]
+                        inv = 1.0 / (dd - a * sc[v])
+                        sa[v] = -a * sa[v] * inv
+                        sc[v] = c * inv
+                        sd[v] = (bv - a * sd[v]) * inv
+                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
+            rl = r + (1 if L >= 2 else 0)
+            for v in range(vn):
+                RA[rl, v0 + v] = sa[v]
+                RC[rl, v0 + v] = sc[v]
+                RD[rl, v0 + v] = sd[v]
+            if L >= 2:
                 for j in range(L):
-                    i = i0 + j
+                    i = i0 + L - 1 - j
                     if j < 2:
                         for v in range(vn):
-                            a = dl[i, v0 + v]
-                            c = du[i, v0 + v]
-                            dd = d[i, v0 + v]
-                            bv = b[i, v0 + v]
-                            inv = 1.0 / dd
-                            sa[v] = a * inv
-                            sc[v] = c * inv
-                            sd[v] = bv * inv
-                            cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
-                    else:
-                        for v in range(vn):
-                            a = dl[i, v0 + v]
-                            c = du[i, v0 + v]
-                            dd = d[i, v0 + v]
-                            bv = b[i, v0 + v]
-                            inv = 1.0 / (dd - a * sc[v])
-                            sa[v] = -a * sa[v] * inv
-                            sc[v] = c * inv
-                            sd[v] = (bv - a * sd[v]) * inv
-                            cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
-                rl = r + (1 if L >= 2 else 0)
-                for v in range(vn):
-                    RA[rl, v0 + v] = sa[v]
-                    RC[rl, v0 + v] = sc[v]
-                    RD[rl, v0 + v] = sd[v]
-                if L >= 2:
-                    for j in range(L):
-                        i = i0 + L - 1 - j
-                        if j < 2:
-                            for v in range(vn):
-                                inv = 1.0 / d[i, v0 + v]
-                                sa[v] = dl[i, v0 + v] * inv
-                                sc[v] = du[i, v0 + v] * inv
-                                sd[v] = b[i, v0 + v] * inv
-                        else:
-                            for v in range(vn):
-                                c = du[i, v0 + v]
-                                inv = 1.0 / (d[i, v0 + v] - c * sa[v])
-                                sa[v] = dl[i, v0 + v] * inv
-                                sc[v] = -c * sc[v] * inv
-                                sd[v] = (b[i, v0 + v] - c * sd[v]) * inv
-                                cacc[v] += abs(inv) * 8.271806125530277e-25
-                    for v in range(vn):
-                        RA[r, v0 + v] = sa[v]
-                        RC[r, v0 + v] = sc[v]
-                        RD[r, v0 + v] = sd[v]
-                tsum = 0.0
-                for v in range(vn):
-                    tsum += cacc[v]
-                chk[s] += tsum
-
-    @jit(r2, r2, r2, r2, ri, ri, r2, r2, w2, t.int64)
-    def expand_b1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, Vt):
-        S = starts.size
-        V = d.shape[1]
-        Lmax = 1
-        for s in range(S):
-            Lmax = max(Lmax, lens[s])
-        cs = np.empty((Lmax, Vt))
-        # the neighbouring row's values live in their own scratch rows, so the compiler sees
-        # no dependence between rows of x (or of cs) and vectorizes across systems
-        cprev = np.empty(Vt)
-        xnb = np.empty(Vt)
-        for s in range(S):
-            L = lens[s]
-            i0 = starts[s]
-            i1 = i0 + L - 1
-            for v0 in range(0, V, Vt):
-                vn = min(Vt, V - v0)
-                for v in range(vn):
-                    xnb[v] = Y0[s, v0 + v]
-                    x[i0, v0 + v] = Y0[s, v0 + v]
-                    x[i1, v0 + v] = Y1[s, v0 + v]
-                    cprev[v] = 0.0
-                for j in range(1, L - 1):
-                    i = i0 + j
-                    if j == L - 2:
-                        for v in range(vn):
-                            a = dl[i, v0 + v]
-                            piv = d[i, v0 + v] if j == 1 else d[i, v0 + v] - a * cprev[v]
-                            inv = 1.0 / piv
-                            cs[j, v] = 0.0
-                            xv = (b[i, v0 + v] - a * xnb[v] - du[i, v0 + v] * Y1[s, v0 + v]) * inv
-                            x[i, v0 + v] = xv
-                            xnb[v] = xv
-                    elif j == 1:
-                        for v in range(vn):
                             inv = 1.0 / d[i, v0 + v]
-                            cj = du[i, v0 + v] * inv
-                            cs[j, v] = cj
-                            cprev[v] = cj
-                            xv = (b[i, v0 + v] - dl[i, v0 + v] * xnb[v]) * inv
-                            x[i, v0 + v] = xv
-                            xnb[v] = xv
+                            sa[v] = dl[i, v0 + v] * inv
+                            sc[v] = du[i, v0 + v] * inv
+                            sd[v] = b[i, v0 + v] * inv
                     else:
                         for v in range(vn):
-                            a = dl[i, v0 + v]
-                            inv = 1.0 / (d[i, v0 + v] - a * cprev[v])
-                            cj = du[i, v0 + v] * inv
-                            cs[j, v] = cj
-                            cprev[v] = cj
-                            xv = (b[i, v0 + v] - a * xnb[v]) * inv
-                            x[i, v0 + v] = xv
-                            xnb[v] = xv
-                # xnb holds row L-2 now: walk back up
-                for j in range(L - 3, 0, -1):
-                    i = i0 + j
+                            c = du[i, v0 + v]
+                            inv = 1.0 / (d[i, v0 + v] - c * sa[v])
+                            sa[v] = dl[i, v0 + v] * inv
+                            sc[v] = -c * sc[v] * inv
+                            sd[v] = (b[i, v0 + v] - c * sd[v]) * inv
+                            cacc[v] += abs(inv) * 8.271806125530277e-25
+                for v in range(vn):
+                    RA[r, v0 + v] = sa[v]
+                    RC[r, v0 + v] = sc[v]
+                    RD[r, v0 + v] = sd[v]
+            tsum = 0.0
+            for v in range(vn):
+                tsum += cacc[v]
+            chk[s] += tsum
+
+@_njit
+def expand_b1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, Vt):
+    S = starts.size
+    V = d.shape[1]
+    Lmax = 1
+    for s in range(S):
+        Lmax = max(Lmax, lens[s])
+    cs = np.empty((Lmax, Vt))
+    # the neighbouring row's values live in their own scratch rows, so the compiler sees
+    # no dependence between rows of x (or of cs) and vectorizes across systems
+    cprev = np.empty(Vt)
+    xnb = np.empty(Vt)
+    for s in range(S):
+        L = lens[s]
+        i0 = starts[s]
+        i1 = i0 + L - 1
+        for v0 in range(0, V, Vt):
+            vn = min(Vt, V - v0)
+            for v in range(vn):
+                xnb[v] = Y0[s, v0 + v]
+                x[i0, v0 + v] = Y0[s, v0 + v]
+                x[i1, v0 + v] = Y1[s, v0 + v]
+                cprev[v] = 0.0
+            for j in range(1, L - 1):
+                i = i0 + j
+                if j == L - 2:
                     for v in range(vn):
-                        xv = x[i, v0 + v] - cs[j, v] * xnb[v]
+                        a = dl[i, v0 + v]
+                        piv = d[i, v0 + v] if j == 1 else d[i, v0 + v] - a * cprev[v]
+                        inv = 1.0 / piv
+                        cs[j, v] = 0.0
+                        xv = (b[i, v0 + v] - a * xnb[v] - du[i, v0 + v] * Y1[s, v0 + v]) * inv
                         x[i, v0 + v] = xv
                         xnb[v] = xv
+                elif j == 1:
+                    for v in range(vn):
+                        inv = 1.0 / d[i, v0 + v]
+                        cj = du[i, v0 + v] * inv
+                        cs[j, v] = cj
+                        cprev[v] = cj
+                        xv = (b[i, v0 + v] - dl[i, v0 + v] * xnb[v]) * inv
+                        x[i, v0 + v] = xv
+                        xnb[v] = xv
+                else:
+                    for v in range(vn):
+                        a = dl[i, v0 + v]
+                        inv = 1.0 / (d[i, v0 + v] - a * cprev[v])
+                        cj = du[i, v0 + v] * inv
+                        cs[j, v] = cj
+                        cprev[v] = cj
+                        xv = (b[i, v0 + v] - a * xnb[v]) * inv
+                        x[i, v0 + v] = xv
+                        xnb[v] = xv
+            # xnb holds row L-2 now: walk back up
+            for j in range(L - 3, 0, -1):
+                i = i0 + j
+                for v in range(vn):
+                    xv = x[i, v0 + v] - cs[j, v] * xnb[v]
+                    x[i, v0 + v] = xv
+                    xnb[v] = xv
 
-    _NUMBA.update(reduce_b1=reduce_b1_kernel, expand_b1=expand_b1_kernel)
-    _NUMBA.update(reduce=reduce_kernel, expand=expand_kernel, reduce1=reduce1_kernel, expand1=expand1_kernel,
-                  reduce1p=reduce1p_kernel, expand1p=expand1p_kernel, thomas=thomas_kernel)
-    return _NUMBA
+
+@_njit
+def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
+    # one pass per tile of Vt systems over the rank's blocks: forward elimination into x (b') and a ring of
+    # c'; every W rows, back-substitute the window from H rows further down (x there taken as 0: the
+    # dropped term is prod |c'| over the halo, tracked in tau[0]).  Inner loops touch each array at one
+    # row only: a loop that reads one row of an array and writes another falls off LLVM's vector path.
+    S = starts.size
+    V = d.shape[1]
+    RB = W + H
+    rc = np.empty((RB, Vt))
+    vs = np.empty((H, Vt))      # the x_prev column of the block's first H rows (v' on the way down)
+    ws = np.empty((H, Vt))      # the x_next column of the previous block's last H rows
+    cp = np.empty(Vt)
+    bp = np.empty(Vt)
+    vp = np.empty(Vt)
+    xn = np.empty(Vt)
+    pp = np.empty(Vt)
+    cacc = np.empty(Vt)
+    p = np.empty(Vt)
+    q = np.empty(Vt)
+    t_halo = 0.0
+    t_v = 0.0
+    t_w = 0.0
+    for v0 in range(0, V, Vt):
+        vn = min(Vt, V - v0)
+        v1 = v0 + vn
+        tsum = 0.0
+        for s in range(S):
+            i0 = starts[s]
+            L = lens[s]
+            for v in range(vn):
+                cacc[v] = 0.0
+                cp[v] = 0.0
+                bp[v] = 0.0
+                vp[v] = -1.0
+            k = 0
+            for j in range(L):
+                i = i0 + j
+                ar = dl[i, v0:v1]
+                dr = d[i, v0:v1]
+                cr = du[i, v0:v1]
+                br = b[i, v0:v1]
+                xr = x[i, v0:v1]
+                rcs = rc[j % RB]
+                if j < H:
+                    vsj = vs[j]
+                    for v in range(vn):
+                        a = ar[v]
+                        dd = dr[v]
+                        c = cr[v]
+                        bv = br[v]
+                        inv = 1.0 / (dd - a * cp[v])
+                        c1 = c * inv
+                        b1 = (bv - a * bp[v]) * inv
+                        v1_ = -a * vp[v] * inv
+                        cp[v] = c1
+                        bp[v] = b1
+                        vp[v] = v1_
+                        rcs[v] = c1
+                        xr[v] = b1
+                        vsj[v] = v1_
+                        cacc[v] += (a + c + dd + inv + bv) * _CHK_SCALE
+                else:
+                    for v in range(vn):
+                        a = ar[v]
+                        dd = dr[v]
+                        c = cr[v]
+                        bv = br[v]
+                        inv = 1.0 / (dd - a * cp[v])
+                        c1 = c * inv
+                        b1 = (bv - a * bp[v]) * inv
+                        cp[v] = c1
+                        bp[v] = b1
+                        rcs[v] = c1
+                        xr[v] = b1
+                        cacc[v] += (a + c + dd + inv + bv) * _CHK_SCALE
+                e = min((k + 1) * W + H, L) - 1
+                if j != e:
+                    continue
+                # ---- window k: rows r0 .. r1-1 become final (up to the block's edge columns)
+                last = e == L - 1
+                r0 = k * W
+                k += 1
+                if last:
+                    xe = x[i0 + L - 1, v0:v1]
+                    for v in range(vn):
+                        xn[v] = xe[v]
+                    top = L - 2
+                else:
+                    r1 = k * W
+                    xe = x[i0 + e, v0:v1]
+                    rce = rc[e % RB]
+                    for v in range(vn):
+                        xn[v] = xe[v]
+                        pp[v] = abs(rce[v])
+                    for jj in range(e - 1, r1 - 1, -1):
+                        rcs = rc[jj % RB]
+                        xr = x[i0 + jj, v0:v1]
+                        for v in range(vn):
+                            cv = rcs[v]
+                            xn[v] = xr[v] - cv * xn[v]
+                            pp[v] *= abs(cv)
+                    for v in range(vn):
+                        t_halo = max(t_halo, pp[v])
+                    top = r1 - 1
+                for jj in range(top, r0 - 1, -1):
+                    rcs = rc[jj % RB]
+                    xr = x[i0 + jj, v0:v1]
+                    for v in range(vn):
+                        xv = xr[v] - rcs[v] * xn[v]
+                        xn[v] = xv
+                        xr[v] = xv
+                if r0 == 0:
+                    # v = the x_prev column back-substituted over the first H rows (dropped: |v'_{H-1}|)
+                    vl = vs[H - 1]
+                    for v in range(vn):
+                        t_v = max(t_v, abs(vl[v]))
+                        xn[v] = vl[v]
+                    for jj in range(H - 2, -1, -1):
+                        rcs = rc[jj % RB]
+                        vr_ = vs[jj]
+                        for v in range(vn):
+                            xv = vr_[v] - rcs[v] * xn[v]
+                            xn[v] = xv
+                            vr_[v] = xv
+                    if s == 0:
+                        x0 = x[i0, v0:v1]
+                        for v in range(vn):
+                            edge[0, v0 + v] = x0[v]
+                            edge[1, v0 + v] = vs[0, v]
+                        for t_ in range(H):
+                            VS[t_, v0:v1] = vs[t_, :vn]
+                    else:
+                        # the interface (block s-1 | block s) as a 2x2 system; the same arithmetic as
+                        # fused_fix for interfaces between ranks, so answers do not depend on the split
+                        ip = starts[s - 1] + lens[s - 1] - H
+                        xl = x[ip + H - 1, v0:v1]
+                        x0 = x[i0, v0:v1]
+                        wl_ = ws[H - 1]
+                        v0r = vs[0]
+                        for v in range(vn):
+                            yl = xl[v]
+                            wl = wl_[v]
+                            yr = x0[v]
+                            vr = v0r[v]
+                            det = 1.0 - wl * vr
+                            p[v] = (yl - wl * yr) / det
+                            q[v] = (yr - vr * yl) / det
+                            if det == 0.0:
+                                t_halo = np.inf
+                        for t_ in range(H):
+                            xr = x[ip + t_, v0:v1]
+                            wt = ws[t_]
+                            for v in range(vn):
+                                xr[v] = xr[v] - wt[v] * q[v]
+                        for t_ in range(H):
+                            xr = x[i0 + t_, v0:v1]
+                            vt = vs[t_]
+                            for v in range(vn):
+                                xr[v] = xr[v] - vt[v] * p[v]
+                if last:
+                    # w = the x_next column over the last H rows (dropped: |w_{L-H}|)
+                    rcl = rc[(L - 1) % RB]
+                    wt = ws[H - 1]
+                    for v in range(vn):
+                        wt[v] = rcl[v]
+                        xn[v] = rcl[v]
+                    for t_ in range(H - 2, -1, -1):
+                        rcs = rc[(L - H + t_) % RB]
+                        wt = ws[t_]
+                        for v in range(vn):
+                            xv = -rcs[v] * xn[v]
+                            xn[v] = xv
+                            wt[v] = xv
+                    for v in range(vn):
+                        t_w = max(t_w, abs(xn[v]))
+                    if s == S - 1:
+                        xl = x[i0 + L - 1, v0:v1]
+                        for v in range(vn):
+                            edge[2, v0 + v] = xl[v]
+                            edge[3, v0 + v] = ws[H - 1, v]
+                        for t_ in range(H):
+                            WS[t_, v0:v1] = ws[t_, :vn]
+            for v in range(vn):
+                tsum += cacc[v]
+        chk[0] += tsum
+    tau[0] = max(tau[0], t_halo)
+    tau[1] = max(tau[1], t_v)
+    tau[2] = max(tau[2], t_w)
+
+@_njit
+def fused_fix_kernel(x, r0, C, yl, wl, yr, vr, side, bad):
+    # an interface between ranks: the 2x2 system of fused_kernel, then rows r0.. corrected by C * (p or q)
+    V = x.shape[1]
+    H = C.shape[0]
+    sol = np.empty(V)
+    for v in range(V):
+        det = 1.0 - wl[v] * vr[v]
+        if side == 0:
+            sol[v] = (yl[v] - wl[v] * yr[v]) / det
+        else:
+            sol[v] = (yr[v] - vr[v] * yl[v]) / det
+        if det == 0.0:
+            bad[0] = 1.0
+    for t_ in range(H):
+        xr = x[r0 + t_]
+        ct = C[t_]
+        for v in range(V):
+            xr[v] = xr[v] - ct[v] * sol[v]
+
+
+_NUMBA = {"reduce": reduce_kernel, "expand": expand_kernel, "reduce1": reduce1_kernel, "expand1": expand1_kernel,
+          "reduce1p": reduce1p_kernel, "expand1p": expand1p_kernel, "reduce_b1": reduce_b1_kernel,
+          "expand_b1": expand_b1_kernel, "fused": fused_kernel, "fused_fix": fused_fix_kernel,
+          "thomas": thomas_kernel}
