@@ -47,6 +47,30 @@ Per rank, DRAM traffic is two reads of the four inputs and one write of ``x``;
 sweeps run over tiles of the batch (``V``) axis small enough for L2 so the
 upward sweep and the Thomas back-substitution hit cache.
 
+Fused single pass (batches of dominant systems)
+-----------------------------------------------
+For a batch with one right-hand side and ``reduced="auto"``, the line is cut
+into 12 *blocks* (runs of the grid's sub-blocks; cut again at rank edges, so
+1, 2, 3, 4, 6 or 12 workers see the same blocks) and each rank makes one pass
+over its inputs, tile by tile of 2048 systems:
+
+* a forward elimination writes ``b'`` into ``x`` and ``c'`` into a ring of
+  rows; every ``W = 64`` rows, the window is back-substituted starting
+  ``H = 32`` rows further down with ``x`` there taken as 0.  The dropped term
+  is ``prod |c'|`` over the halo times ``|x|`` (checked);
+* the neighbours' unknowns enter a block only through the columns
+  ``x_j = y_j - v_j x_prev - w_j x_next``; ``v`` decays from the block's top and
+  ``w`` from its bottom, so they are kept for the first and last ``H`` rows
+  only (the dropped ``|v_{H-1}|``, ``|w_{L-H}|`` are checked);
+* each interface is then a 2x2 system in ``(x_last, x_first)``: inside a rank
+  it is solved while the rows are in cache, between ranks after one exchange
+  of two rows of ``V`` values with each neighbour.
+
+So the inputs are read once and ``x`` written once (the paper's five arrays).
+When any checked term exceeds ``2**-53`` (the coupling does not decay within
+the halo), or a value is non-finite, every rank falls back to the two-pass
+path above, which also reports bad input.  ``x.stats["path"]`` says which ran.
+
 Layout and distribution
 -----------------------
 The batch axis is the vector axis: each rank holds its rows as ``(m, V)``
