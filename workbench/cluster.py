@@ -177,9 +177,16 @@ def worker_addresses(client: Any) -> list[str]:
 
 
 def backend_of(client: Any) -> str:
-    """``"gpu"`` when the cluster's workers hold GPUs (dask-cuda), else ``"cpu"``."""
+    """``"gpu"`` when the cluster's workers hold GPUs (dask-cuda), else ``"cpu"``.
+
+    Asked once per client (a scheduler round trip, ~5 ms here, on every kernel
+    call otherwise): a cluster's kind does not change while it has workers.
+    """
+    known = getattr(client, "_workbench_backend", None)
+    if known is not None:
+        return known
     info = scheduler_identity(client)["workers"]
-    for w in info.values():
-        if w.get("gpu") or "gpu" in w.get("resources", {}):
-            return "gpu"
-    return "cpu"
+    kind = "gpu" if any(w.get("gpu") or "gpu" in w.get("resources", {}) for w in info.values()) else "cpu"
+    if info:
+        client._workbench_backend = kind
+    return kind

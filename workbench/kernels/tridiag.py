@@ -731,6 +731,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "engine": infos[0]["engine"],
         "path": infos[0]["path"],
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},
+        "rank_phase_seconds": [i["phases"] for i in infos],
         "rows_per_worker": [int(offs[r + 1] - offs[r]) for r in range(P)],
     }
     return X
