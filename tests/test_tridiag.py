@@ -107,8 +107,8 @@ def test_identical_for_1_2_3_workers_and_all_work(clients):
 
 @pytest.mark.parametrize("periodic", [False, True])
 def test_fused_pass_for_dominant_batches(clients, periodic):
-    # n = 1100 gives 12 blocks of ~92 rows: long enough for the fused single pass
-    dl, d, du, b = _system("dominant", 1100, 9, None, seed=21, periodic=periodic)
+    # n = 1300 gives 12 blocks of ~108 rows: long enough for the fused single pass
+    dl, d, du, b = _system("dominant", 1300, 9, None, seed=21, periodic=periodic)
     outs = {}
     for p in (1, 2, 3):
         x = wb.tridiag_solve(dl, d, du, b, periodic=periodic, client=clients(p))
@@ -124,10 +124,21 @@ def test_fused_pass_for_dominant_batches(clients, periodic):
         assert xr.stats["path"] == "fused" and np.array_equal(np.asarray(xr).T, outs[1])
 
 
+def test_fused_pass_covers_the_compact_scheme_matrix(clients):
+    # the paper's systems: sixth-order compact scheme, alpha = 1/3 off the unit diagonal
+    rng = np.random.default_rng(24)
+    n, V = 1300, 8
+    dl, du, d = np.full((V, n - 1), 1 / 3), np.full((V, n - 1), 1 / 3), np.ones((V, n))
+    b = rng.standard_normal((V, n))
+    x = wb.tridiag_solve(dl, d, du, b, client=clients(2))
+    assert x.stats["path"] == "fused"
+    _close(x, _oracle(dl, d, du, b))
+
+
 def test_fused_pass_falls_back_when_coupling_does_not_decay(clients):
     client = clients(2)
     rng = np.random.default_rng(22)
-    n, V = 1100, 8
+    n, V = 1300, 8
     dl, du = np.full((V, n - 1), 0.5), np.full((V, n - 1), 0.5)
     d = 1.0 + 1e-3 * rng.random((V, n))                                # barely dominant: decays over ~1000 rows
     b = rng.standard_normal((V, n))
