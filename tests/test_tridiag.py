@@ -131,8 +131,10 @@ def test_fused_pass_covers_the_compact_scheme_matrix(clients):
     dl, du, d = np.full((V, n - 1), 1 / 3), np.full((V, n - 1), 1 / 3), np.ones((V, n))
     b = rng.standard_normal((V, n))
     x = wb.tridiag_solve(dl, d, du, b, client=clients(2))
-    assert x.stats["path"] == "fused"
+    assert x.stats["path"] == "fused" and x.stats["halo_rows"] == 48          # |c'| -> 0.38: 32 rows are short
     _close(x, _oracle(dl, d, du, b))
+    y = wb.tridiag_solve(*_system("dominant", n, V, None, seed=25), client=clients(2))
+    assert y.stats["path"] == "fused" and y.stats["halo_rows"] == 32          # random, dominant: decays faster
 
 
 def test_fused_pass_falls_back_when_coupling_does_not_decay(clients):

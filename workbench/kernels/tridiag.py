@@ -56,8 +56,9 @@ over its inputs, tile by tile of 2048 systems:
 
 * a forward elimination writes ``b'`` into ``x`` and ``c'`` into a ring of
   rows; every ``W = 64`` rows, the window is back-substituted starting
-  ``H = 48`` rows further down with ``x`` there taken as 0.  The dropped term
-  is ``prod |c'|`` over the halo times ``|x|`` (checked);
+  ``H`` rows further down with ``x`` there taken as 0.  The dropped term
+  is ``prod |c'|`` over the halo times ``|x|`` (checked).  ``H`` (32 to 64)
+  is sized per solve from the decay measured on the line's first rows;
 * the neighbours' unknowns enter a block only through the columns
   ``x_j = y_j - v_j x_prev - w_j x_next``; ``v`` decays from the block's top and
   ``w`` from its bottom, so they are kept for the first and last ``H`` rows
@@ -136,11 +137,15 @@ _TILE_SYSTEMS = 1024
 #: Fused single pass (batches, one right-hand side): systems per tile, rows per back-substitution
 #: window, and the halo: rows below a window (and rows at a block's edges) over which the
 #: neighbours' influence must decay below rounding (checked; otherwise the two-pass path runs).
-#: 48 rows cover |c'| <= 0.46, e.g. the sixth-order compact scheme (alpha = 1/3: |c'| -> 0.38);
-#: they cost the same as 32 here, 64 cost ~10% more.
+#: The halo is sized per solve from the decay measured on the line's first rows: 32 rows for the
+#: benchmark's random systems, 48 for the sixth-order compact scheme (alpha = 1/3: |c'| -> 0.38);
+#: each 16 rows more cost ~10% here.
 _FUSED_TILE = 2048
 _FUSED_WINDOW = 64
-_FUSED_HALO = 48
+_FUSED_HALOS = (32, 40, 48, 56, 64)
+#: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
+_PROBE_ROWS = (16, 80)
+_PROBE_MARGIN = 1e-3
 #: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers).
 _FUSED_BLOCKS = 12
 #: Truncate the reduced system when every dropped coupling is below this.
@@ -207,8 +212,9 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
         blocks left on the workers.  ``x.stats`` holds ``seconds``,
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
-        ``blocks``, ``reduced`` (the mode used), ``truncation_coupling`` and
-        per-phase rank times.
+        ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
+        ``path`` (``"fused"`` single pass or ``"two-pass"``), ``halo_rows`` (the
+        fused pass's halo), and per-phase times (slowest rank, and each rank's).
 
     Examples
     --------
@@ -620,7 +626,7 @@ def _fused_blocks(spec: _Spec, mode: str, gpu: bool, offs: np.ndarray, grid: np.
         lo, hi = int(offs[r]), int(offs[r + 1])
         edges = np.array([lo, *[int(g) for g in coarse if lo < g < hi], hi], dtype=np.int64) - lo
         lens = np.diff(edges)
-        if (lens < 2 * _FUSED_HALO + 2).any():
+        if (lens < 2 * _FUSED_HALOS[0] + 2).any():
             return None
         out.append((edges[:-1], lens))
     return out
@@ -707,6 +713,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
            "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
            "h": spec.h, "mode": mode}
     fused = _fused_blocks(spec, mode, gpu, offs, grid)
+    cfg["fused_min_rows"] = 0 if fused is None else int(min(ln.min() for _, ln in fused))
     rank_args = [(parts[r], int(offs[r]), int(offs[r + 1]), blocks[r][0], blocks[r][1],
                   None if fused is None else fused[r]) for r in range(P)]
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",
@@ -732,6 +739,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "truncation_coupling": infos[0]["tau"],
         "engine": infos[0]["engine"],
         "path": infos[0]["path"],
+        "halo_rows": infos[0].get("halo"),
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},
         "rank_phase_seconds": [i["phases"] for i in infos],
         "rows_per_worker": [int(offs[r + 1] - offs[r]) for r in range(P)],
@@ -771,9 +779,9 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         dl, d, du = (_line_major_local(p, cfg, rhs=False) for p in parts[:3])
         b = _line_major_local(parts[3], cfg, rhs=True)
     phases["layout"] = time.perf_counter() - t0
-    x = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if fused is not None else None
-    if x is not None:
-        info = {"reduced": "truncated", "tau": phases.pop("tau"), "engine": "numba", "path": "fused"}
+    got = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if fused is not None else None
+    if got is not None:
+        x, info = got
     else:
         x, info = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
     info.update(seconds=time.perf_counter() - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"])
@@ -839,15 +847,21 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
 
 
 def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray, blocks: tuple,
-                 cfg: dict, phases: dict) -> np.ndarray | None:
+                 cfg: dict, phases: dict) -> tuple[np.ndarray, dict] | None:
     """One pass over the inputs, then one exchange with each neighbour; None (on every rank) when the
     neighbours' influence does not decay within the halo or something is non-finite: the two-pass path
     then solves (and reports bad input)."""
     t = time.perf_counter()
     starts, lens = blocks
     m, V = d.shape
-    H = _FUSED_HALO
     kern = _numba_kernels()
+    # the halo from the line's first rows (rank 0's), so every worker count picks the same one
+    H = _fused_halo(dl, d, du, int(lens[0])) if comm.rank == cfg["nonempty"][0] else None
+    H = comm.bcast(H, root=cfg["nonempty"][0])
+    phases["probe"] = time.perf_counter() - t
+    if H is None or 2 * H + 2 > cfg["fused_min_rows"]:
+        return None
+    t = time.perf_counter()
     x = empty((m, 1, V))
     VS, WS, edge = np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
     chk, tau = np.zeros(1), np.zeros(3)
@@ -879,8 +893,24 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     if bad[0]:
         raise np.linalg.LinAlgError("singular 2x2 interface system between workers' blocks")
     phases["fix"] = time.perf_counter() - t
-    phases["tau"] = worst
-    return x
+    return x, {"reduced": "truncated", "tau": worst, "engine": "numba", "path": "fused", "halo": H}
+
+
+def _fused_halo(dl: np.ndarray, d: np.ndarray, du: np.ndarray, rows: int) -> int | None:
+    """The shortest halo over which the measured decay (the worst system's geometric-mean |c'| and
+    |a / pivot| on the first rows) drops below rounding with margin; None when none of them does."""
+    skip, upto = _PROBE_ROWS
+    upto = min(upto, rows)
+    if upto - skip < 16:
+        return None
+    worst = _numba_kernels()["decay"](*_c(dl, d, du), skip, upto)
+    if not worst > 0.0:
+        return _FUSED_HALOS[0] if worst == 0.0 else None
+    rate = math.log(worst) / (upto - skip)
+    if not rate < 0.0:
+        return None
+    need = math.log(_TRUNC_TOL * _PROBE_MARGIN) / rate - 1
+    return next((h for h in _FUSED_HALOS if h >= need), None)
 
 
 def _raise_if_bad(chk: Any, arrays: tuple, lo: int, starts: np.ndarray, lens: np.ndarray) -> None:
@@ -1957,6 +1987,34 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
     tau[2] = max(tau[2], t_w)
 
 @_njit
+def decay_kernel(dl, d, du, skip, upto):
+    # the largest product, over one system's rows skip..upto-1, of |c'| (how x_next's influence decays
+    # going up) or of |a / pivot| (x_prev's going down) in a forward elimination from row 0
+    V = d.shape[1]
+    cp = np.zeros(V)
+    pc = np.ones(V)
+    pa = np.ones(V)
+    for i in range(upto):
+        ar = dl[i]
+        dr = d[i]
+        cr = du[i]
+        if i < skip:
+            for v in range(V):
+                cp[v] = cr[v] / (dr[v] - ar[v] * cp[v])
+        else:
+            for v in range(V):
+                inv = 1.0 / (dr[v] - ar[v] * cp[v])
+                c1 = cr[v] * inv
+                cp[v] = c1
+                pc[v] *= abs(c1)
+                pa[v] *= abs(ar[v] * inv)
+    worst = 0.0
+    for v in range(V):
+        worst = max(worst, pc[v], pa[v])
+    return worst
+
+
+@_njit
 def fused_fix_kernel(x, r0, C, yl, wl, yr, vr, side, bad):
     # an interface between ranks: the 2x2 system of fused_kernel, then rows r0.. corrected by C * (p or q)
     V = x.shape[1]
@@ -1980,4 +2038,5 @@ def fused_fix_kernel(x, r0, C, yl, wl, yr, vr, side, bad):
 _NUMBA = {"reduce": reduce_kernel, "expand": expand_kernel, "reduce1": reduce1_kernel, "expand1": expand1_kernel,
           "reduce1p": reduce1p_kernel, "expand1p": expand1p_kernel, "reduce_b1": reduce_b1_kernel,
           "expand_b1": expand_b1_kernel, "fused": fused_kernel, "fused_fix": fused_fix_kernel,
+          "decay": decay_kernel,
           "thomas": thomas_kernel}
