@@ -184,9 +184,13 @@ def test_fused_kernel_windows_and_tiles_match_thomas():
     assert np.abs(x - ref).max() <= 1e-15 * np.abs(ref).max()
     assert np.array_equal(edge[0], x[0]) and np.array_equal(edge[2], x[-1])
     assert not VS.any() and not WS.any()                              # no neighbours at the line's ends
-    d[50, 2] = 0.5 * d[50, 2] * np.nan
-    K["fused"](dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
-    assert not np.isfinite(chk[0])
+    for arr, row, val in ((d, 50, np.nan), (d, 51, np.inf), (dl, 40, -np.inf), (du, 96, np.inf), (b, 7, np.nan)):
+        keep = arr[row, 2]
+        arr[row, 2] = val                                             # dl[40]: a block's first row
+        chk[:] = 0.0
+        K["fused"](dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
+        assert not np.isfinite(chk[0])
+        arr[row, 2] = keep
 
 
 def test_truncation_bound(clients):

@@ -1802,6 +1802,8 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
     # c'; every W rows, back-substitute the window from H rows further down (x there taken as 0: the
     # dropped term is prod |c'| over the halo, tracked in tau[0]).  Inner loops touch each array at one
     # row only: a loop that reads one row of an array and writes another falls off LLVM's vector path.
+    # chk sums piv + c' + b': non-finite iff an input is (a at a block's first row: inf * 0 = nan) or a
+    # pivot is 0; huge finite values may overflow it too, which only sends the solve to the two-pass path.
     S = starts.size
     V = d.shape[1]
     RB = W + H
@@ -1847,7 +1849,8 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         dd = dr[v]
                         c = cr[v]
                         bv = br[v]
-                        inv = 1.0 / (dd - a * cp[v])
+                        piv = dd - a * cp[v]
+                        inv = 1.0 / piv
                         c1 = c * inv
                         b1 = (bv - a * bp[v]) * inv
                         v1_ = -a * vp[v] * inv
@@ -1857,21 +1860,22 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         rcs[v] = c1
                         xr[v] = b1
                         vsj[v] = v1_
-                        cacc[v] += (a + c + dd + inv + bv) * _CHK_SCALE
+                        cacc[v] += piv + c1 + b1
                 else:
                     for v in range(vn):
                         a = ar[v]
                         dd = dr[v]
                         c = cr[v]
                         bv = br[v]
-                        inv = 1.0 / (dd - a * cp[v])
+                        piv = dd - a * cp[v]
+                        inv = 1.0 / piv
                         c1 = c * inv
                         b1 = (bv - a * bp[v]) * inv
                         cp[v] = c1
                         bp[v] = b1
                         rcs[v] = c1
                         xr[v] = b1
-                        cacc[v] += (a + c + dd + inv + bv) * _CHK_SCALE
+                        cacc[v] += piv + c1 + b1
                 e = min((k + 1) * W + H, L) - 1
                 if j != e:
                     continue
