@@ -1070,9 +1070,9 @@ def _cell_probes(Xc: np.ndarray, cent: np.ndarray, n_probe: int) -> tuple[np.nda
 
 @numba.njit(inline="always")
 def _sift_in(vals, ids, r, pos, lo, key, ident):  # pragma: no cover - compiled
-    # insert (key, ident) into row r's ascending list: entries lo..pos-1 above key move up one,
-    # the one at pos drops off
-    while pos > lo and vals[r, pos - 1] > key:
+    # insert (key, ident) into row r's list ascending by (key, id): entries lo..pos-1 after it move up
+    # one, the one at pos drops off (ties go by id, so the order does not depend on the visiting order)
+    while pos > lo and (vals[r, pos - 1] > key or (vals[r, pos - 1] == key and ids[r, pos - 1] > ident)):
         vals[r, pos] = vals[r, pos - 1]
         ids[r, pos] = ids[r, pos - 1]
         pos -= 1
@@ -1287,13 +1287,7 @@ def _local_join(X, Xc, ind, d2, off, order):
                     continue
                 dd = _sqdist64(X, i, X, l)
                 if dd < d2[i, k - 1]:
-                    p = k - 1
-                    while p > 0 and (d2[i, p - 1] > dd or (d2[i, p - 1] == dd and ind[i, p - 1] > l + off)):
-                        d2[i, p] = d2[i, p - 1]
-                        ind[i, p] = ind[i, p - 1]
-                        p -= 1
-                    d2[i, p] = dd
-                    ind[i, p] = l + off
+                    _sift_in(d2, ind, i, k - 1, 0, dd, l + off)
     return evals
 
 
@@ -1314,13 +1308,7 @@ def _merge_candidates(ind, d2, rows, cand, dist):
                 break
         if dup:
             continue
-        p = k - 1
-        while p > 0 and (d2[i, p - 1] > dd or (d2[i, p - 1] == dd and ind[i, p - 1] > g)):
-            d2[i, p] = d2[i, p - 1]
-            ind[i, p] = ind[i, p - 1]
-            p -= 1
-        d2[i, p] = dd
-        ind[i, p] = g
+        _sift_in(d2, ind, i, k - 1, 0, dd, g)
 
 
 @numba.njit(cache=True, nogil=True)
