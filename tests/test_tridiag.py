@@ -165,9 +165,9 @@ def test_fused_pass_falls_back_when_coupling_does_not_decay(clients):
 
 def test_fused_kernel_windows_and_tiles_match_thomas():
     pytest.importorskip("numba")
-    from workbench.kernels.tridiag import _numba_kernels, thomas_reference
+    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import thomas_reference
 
-    K = _numba_kernels()
     rng = np.random.default_rng(23)
     lens = np.array([40, 57, 33], np.int64)                           # windows of 8: ragged last windows
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
@@ -178,7 +178,7 @@ def test_fused_kernel_windows_and_tiles_match_thomas():
     b = rng.uniform(-1, 1, (m, V))
     x, VS, WS, edge = np.zeros((m, V)), np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
     chk, tau = np.zeros(1), np.zeros(3)
-    K["fused"](dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
+    K.fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
     ref = thomas_reference(dl[1:].T, d.T, du[:-1].T, b.T).T
     assert np.isfinite(chk[0]) and tau.max() <= 2.0 ** -53
     assert np.abs(x - ref).max() <= 1e-15 * np.abs(ref).max()
@@ -188,7 +188,7 @@ def test_fused_kernel_windows_and_tiles_match_thomas():
         keep = arr[row, 2]
         arr[row, 2] = val                                             # dl[40]: a block's first row
         chk[:] = 0.0
-        K["fused"](dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
+        K.fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H)
         assert not np.isfinite(chk[0])
         arr[row, 2] = keep
 
@@ -298,9 +298,8 @@ def test_array_engine_on_cupy():
 
 def test_interleaved_single_system_kernels_match_the_plain_ones():
     pytest.importorskip("numba")
-    from workbench.kernels.tridiag import _numba_kernels
+    from workbench.kernels import tridiag as K
 
-    K = _numba_kernels()
     rng = np.random.default_rng(3)
     lens = np.array([5, 5, 7, 1, 2, 2, 3, 3, 3, 9], np.int64)         # pairs, a lone block, 1- and 2-row blocks
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
@@ -313,22 +312,21 @@ def test_interleaved_single_system_kernels_match_the_plain_ones():
     for name, bb in (("reduce1", b[:, None]), ("reduce1p", b)):
         RA, RC, RD, chk = np.zeros(rows0[-1]), np.zeros(rows0[-1]), np.zeros((rows0[-1],) + bb.shape[1:]), \
             np.zeros(lens.size)
-        K[name](dl, d, du, bb, starts, lens, rows0, RA, RC, RD, chk)
+        getattr(K, f"{name}_kernel")(dl, d, du, bb, starts, lens, rows0, RA, RC, RD, chk)
         out[name] = (RA, RC, RD.reshape(-1), chk)
     for a, c in zip(out["reduce1"], out["reduce1p"], strict=True):
         assert np.array_equal(a, c)
     Y0, Y1 = rng.uniform(-1, 1, lens.size), rng.uniform(-1, 1, lens.size)
     x1, x2 = np.zeros((m, 1)), np.zeros(m)
-    K["expand1"](dl, d, du, b[:, None], starts, lens, Y0[:, None], Y1[:, None], x1)
-    K["expand1p"](dl, d, du, b, starts, lens, Y0, Y1, x2)
+    K.expand1_kernel(dl, d, du, b[:, None], starts, lens, Y0[:, None], Y1[:, None], x1)
+    K.expand1p_kernel(dl, d, du, b, starts, lens, Y0, Y1, x2)
     assert np.array_equal(x1[:, 0], x2)
 
 
 def test_one_rhs_batch_kernels_match_the_general_ones():
     pytest.importorskip("numba")
-    from workbench.kernels.tridiag import _numba_kernels
+    from workbench.kernels import tridiag as K
 
-    K = _numba_kernels()
     rng = np.random.default_rng(4)
     lens = np.array([6, 1, 2, 3, 4, 9], np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
@@ -339,13 +337,13 @@ def test_one_rhs_batch_kernels_match_the_general_ones():
     rows0 = np.concatenate([[0], np.cumsum(np.minimum(lens, 2))]).astype(np.int64)
     M = int(rows0[-1])
     ref = [np.zeros((M, V)), np.zeros((M, V)), np.zeros((M, 1, V))]
-    K["reduce"](dl, d, du, b, starts, lens, rows0, *ref, np.zeros(lens.size), 1, Vt)
+    K.reduce_kernel(dl, d, du, b, starts, lens, rows0, *ref, np.zeros(lens.size), 1, Vt)
     got = [np.zeros((M, V)), np.zeros((M, V)), np.zeros((M, V))]
-    K["reduce_b1"](dl, d, du, b[:, 0], starts, lens, rows0, *got, np.zeros(lens.size), Vt)
+    K.reduce_b1_kernel(dl, d, du, b[:, 0], starts, lens, rows0, *got, np.zeros(lens.size), Vt)
     for r, g in zip(ref, got, strict=True):
         assert np.array_equal(r.reshape(M, V), g)
     Y0, Y1 = rng.uniform(-1, 1, (lens.size, 1, V)), rng.uniform(-1, 1, (lens.size, 1, V))
     x1, x2 = np.zeros((m, 1, V)), np.zeros((m, V))
-    K["expand"](dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt)
-    K["expand_b1"](dl, d, du, b[:, 0], starts, lens, Y0[:, 0], Y1[:, 0], x2, Vt)
+    K.expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt)
+    K.expand_b1_kernel(dl, d, du, b[:, 0], starts, lens, Y0[:, 0], Y1[:, 0], x2, Vt)
     assert np.array_equal(x1[:, 0], x2)

@@ -422,7 +422,7 @@ def thomas_reference(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarra
     single = np.ndim(d) == 1
     dl, d, du, b = (np.ascontiguousarray(np.atleast_2d(a), dtype=np.float64) for a in (dl, d, du, b))
     x = np.empty_like(b)
-    _numba_kernels()["thomas"](dl, d, du, b, x)
+    thomas_kernel(dl, d, du, b, x)
     return x[0] if single else x
 
 
@@ -854,7 +854,6 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     t = time.perf_counter()
     starts, lens = blocks
     m, V = d.shape
-    kern = _numba_kernels()
     # the halo from the line's first rows (rank 0's), so every worker count picks the same one
     H = _fused_halo(dl, d, du, int(lens[0])) if comm.rank == cfg["nonempty"][0] else None
     H = comm.bcast(H, root=cfg["nonempty"][0])
@@ -865,7 +864,7 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     x = empty((m, 1, V))
     VS, WS, edge = np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
     chk, tau = np.zeros(1), np.zeros(3)
-    kern["fused"](*_c(dl, d, du, b[:, 0]), *_i(starts, lens), x[:, 0], VS, WS, edge, chk, tau,
+    fused_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens), x[:, 0], VS, WS, edge, chk, tau,
                   min(V, _FUSED_TILE), _FUSED_WINDOW, H)
     phases["sweep"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -886,10 +885,10 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     bad = np.zeros(1)
     if prev is not None:  # (prev's last | my first): my first H rows take v * x_last(prev)
         yl, wl = got[prev]["to_next"] if prev != comm.rank else edge[2:]
-        kern["fused_fix"](x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
+        fused_fix_kernel(x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
     if nxt is not None:   # (my last | next's first): my last H rows take w * x_first(next)
         yr, vr = got[nxt]["to_prev"] if nxt != comm.rank else edge[:2]
-        kern["fused_fix"](x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
+        fused_fix_kernel(x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
     if bad[0]:
         raise np.linalg.LinAlgError("singular 2x2 interface system between workers' blocks")
     phases["fix"] = time.perf_counter() - t
@@ -903,7 +902,7 @@ def _fused_halo(dl: np.ndarray, d: np.ndarray, du: np.ndarray, rows: int) -> int
     upto = min(upto, rows)
     if upto - skip < 16:
         return None
-    worst = _numba_kernels()["decay"](*_c(dl, d, du), skip, upto)
+    worst = decay_kernel(*_c(dl, d, du), skip, upto)
     if not worst > 0.0:
         return _FUSED_HALOS[0] if worst == 0.0 else None
     rate = math.log(worst) / (upto - skip)
@@ -1123,40 +1122,40 @@ def _tiles(V: int, L: int) -> tuple[int, int]:
 def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
     if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
         chk = np.zeros(lens.size)
-        _numba_kernels()["reduce1p"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens, rows0),
+        reduce1p_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens, rows0),
                                      RA[:, 0], RC[:, 0], RD[:, 0, 0], chk)
         return chk
     if use_numba and d.shape[1] == 1:
         chk = np.zeros(lens.size)
-        _numba_kernels()["reduce1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens, rows0),
+        reduce1_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens, rows0),
                                     RA[:, 0], RC[:, 0], RD[:, :, 0], chk)
         return chk
     if use_numba and b.shape[1] == 1 and d.shape[1] >= 8:
         chk = np.zeros(lens.size)
-        _numba_kernels()["reduce_b1"](*_c(dl, d, du, b[:, 0]), *_i(starts, lens, rows0), RA, RC, RD[:, 0], chk,
+        reduce_b1_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens, rows0), RA, RC, RD[:, 0], chk,
                                       _TILE_SYSTEMS)
         return chk
     if use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         chk = np.zeros(lens.size)
-        _numba_kernels()["reduce"](*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
+        reduce_kernel(*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
         return chk
     return _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD)
 
 
 def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
     if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
-        _numba_kernels()["expand1p"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens),
+        expand1p_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens),
                                      *_c(Y0[:, 0, 0], Y1[:, 0, 0]), x[:, 0, 0])
     elif use_numba and d.shape[1] == 1:
-        _numba_kernels()["expand1"](*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens),
+        expand1_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens),
                                     *_c(Y0[:, :, 0], Y1[:, :, 0]), x[:, :, 0])
     elif use_numba and b.shape[1] == 1 and d.shape[1] >= 8:
-        _numba_kernels()["expand_b1"](*_c(dl, d, du, b[:, 0]), *_i(starts, lens), *_c(Y0[:, 0], Y1[:, 0]), x[:, 0],
+        expand_b1_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens), *_c(Y0[:, 0], Y1[:, 0]), x[:, 0],
                                       _TILE_SYSTEMS)
     elif use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
-        _numba_kernels()["expand"](*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
+        expand_kernel(*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
     else:
         _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x)
 
@@ -1254,11 +1253,6 @@ def _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x):
 # closures, and every worker process would compile them again).
 _njit = numba.njit(cache=True, error_model="numpy", nogil=True)
 _inline = numba.njit(inline="always", error_model="numpy", cache=True)
-
-
-def _numba_kernels() -> dict:
-    """The numba kernels by name (each compiles, or loads from the cache, on its first call)."""
-    return _NUMBA
 
 
 @_njit
@@ -1933,33 +1927,13 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         for t_ in range(H):
                             VS[t_, v0:v1] = vs[t_, :vn]
                     else:
-                        # the interface (block s-1 | block s) as a 2x2 system; the same arithmetic as
-                        # fused_fix for interfaces between ranks, so answers do not depend on the split
+                        # the interface (block s-1 | block s), solved and applied as fused_fix does between
+                        # ranks (the same helpers), so answers do not depend on where ranks split the line
                         ip = starts[s - 1] + lens[s - 1] - H
-                        xl = x[ip + H - 1, v0:v1]
-                        x0 = x[i0, v0:v1]
-                        wl_ = ws[H - 1]
-                        v0r = vs[0]
-                        for v in range(vn):
-                            yl = xl[v]
-                            wl = wl_[v]
-                            yr = x0[v]
-                            vr = v0r[v]
-                            det = 1.0 - wl * vr
-                            p[v] = (yl - wl * yr) / det
-                            q[v] = (yr - vr * yl) / det
-                            if det == 0.0:
-                                t_halo = np.inf
-                        for t_ in range(H):
-                            xr = x[ip + t_, v0:v1]
-                            wt = ws[t_]
-                            for v in range(vn):
-                                xr[v] = xr[v] - wt[v] * q[v]
-                        for t_ in range(H):
-                            xr = x[i0 + t_, v0:v1]
-                            vt = vs[t_]
-                            for v in range(vn):
-                                xr[v] = xr[v] - vt[v] * p[v]
+                        if _interface(x[ip + H - 1, v0:v1], ws[H - 1], x[i0, v0:v1], vs[0], p, q, vn):
+                            t_halo = np.inf
+                        _minus_column(x, ip, ws, q, v0, vn)
+                        _minus_column(x, i0, vs, p, v0, vn)
                 if last:
                     # w = the x_next column over the last H rows (dropped: |w_{L-H}|)
                     rcl = rc[(L - 1) % RB]
@@ -2020,27 +1994,34 @@ def decay_kernel(dl, d, du, skip, upto):
 
 @_njit
 def fused_fix_kernel(x, r0, C, yl, wl, yr, vr, side, bad):
-    # an interface between ranks: the 2x2 system of fused_kernel, then rows r0.. corrected by C * (p or q)
+    # an interface between ranks: the same 2x2 solve and correction as fused_kernel's inside a rank
     V = x.shape[1]
-    H = C.shape[0]
-    sol = np.empty(V)
-    for v in range(V):
+    p = np.empty(V)
+    q = np.empty(V)
+    if _interface(yl, wl, yr, vr, p, q, V):
+        bad[0] = 1.0
+    _minus_column(x, r0, C, p if side == 0 else q, 0, V)
+
+
+@_inline
+def _interface(yl, wl, yr, vr, p, q, n):
+    # the 2x2 system of an interface, for n systems: p = x_last of the upper block, q = x_first of the
+    # lower, from y_last, w_last (upper) and y_first, v_first (lower); True when one is singular
+    bad = False
+    for v in range(n):
         det = 1.0 - wl[v] * vr[v]
-        if side == 0:
-            sol[v] = (yl[v] - wl[v] * yr[v]) / det
-        else:
-            sol[v] = (yr[v] - vr[v] * yl[v]) / det
+        p[v] = (yl[v] - wl[v] * yr[v]) / det
+        q[v] = (yr[v] - vr[v] * yl[v]) / det
         if det == 0.0:
-            bad[0] = 1.0
-    for t_ in range(H):
-        xr = x[r0 + t_]
+            bad = True
+    return bad
+
+
+@_inline
+def _minus_column(x, r0, C, sol, v0, n):
+    # rows r0.. of x (systems v0..v0+n) minus C[t] * sol: a neighbour's unknown entering through its column
+    for t_ in range(C.shape[0]):
+        xr = x[r0 + t_, v0:v0 + n]
         ct = C[t_]
-        for v in range(V):
+        for v in range(n):
             xr[v] = xr[v] - ct[v] * sol[v]
-
-
-_NUMBA = {"reduce": reduce_kernel, "expand": expand_kernel, "reduce1": reduce1_kernel, "expand1": expand1_kernel,
-          "reduce1p": reduce1p_kernel, "expand1p": expand1p_kernel, "reduce_b1": reduce_b1_kernel,
-          "expand_b1": expand_b1_kernel, "fused": fused_kernel, "fused_fix": fused_fix_kernel,
-          "decay": decay_kernel,
-          "thomas": thomas_kernel}
