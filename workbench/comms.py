@@ -781,22 +781,13 @@ class _SPMDFutures(list):
 def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
     """Wait for every rank; fail fast (and abort the rest) when a rank errors
     or a rank's worker leaves the cluster."""
-    from distributed import wait
-
     from .cluster import worker_addresses
 
     client = futures.client
     pending = list(futures)
     last_check = time.monotonic()
     while pending:
-        try:
-            _, not_done = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
-        except TimeoutError as e:
-            # the timeout's traceback holds distributed's frames, which hold the futures:
-            # cut it, or the results stay pinned on the workers until a gc cycle
-            e.__traceback__ = e.__context__ = None
-            not_done = pending
-        pending = list(not_done)
+        pending = _still_pending(pending, poll, "FIRST_COMPLETED")
         if any(f.status == "error" for f in futures):
             if pending:
                 _abort_group(futures, "a peer rank raised")
@@ -816,13 +807,23 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
         _forget_infos(futures)
         # re-raise the cause, not the peers it aborted (whose errors may reach the client first)
         if pending and all(isinstance(f.exception(), PeerFailedError) for f in failed):
-            try:
-                wait(pending, timeout=10)
-            except TimeoutError as e:
-                e.__traceback__ = e.__context__ = None
+            _still_pending(pending, 10, "ALL_COMPLETED")
             failed = [f for f in futures if f.status == "error"]
         cause = next((f for f in failed if not isinstance(f.exception(), PeerFailedError)), failed[0])
         cause.result()
+
+
+def _still_pending(futures: list, timeout: float, return_when: str) -> list:
+    """``distributed.wait`` that returns the futures not done yet instead of raising on timeout."""
+    from distributed import wait
+
+    try:
+        return list(wait(futures, timeout=timeout, return_when=return_when).not_done)
+    except TimeoutError as e:
+        # the timeout's traceback holds distributed's frames, which hold the futures:
+        # cut it, or the results stay pinned on the workers until a gc cycle
+        e.__traceback__ = e.__context__ = None
+        return list(futures)
 
 
 def _forget_infos(futures: _SPMDFutures) -> None:
