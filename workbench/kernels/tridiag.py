@@ -1836,6 +1836,8 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                 br = b[i, v0:v1]
                 xr = x[i, v0:v1]
                 rcs = rc[j % RB]
+                # the first H rows also carry v' (x_prev's column): their own copy of the row loop keeps
+                # that work out of the other rows
                 if j < H:
                     vsj = vs[j]
                     for v in range(vn):
