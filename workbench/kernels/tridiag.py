@@ -127,9 +127,13 @@ __all__ = [
 COMPACT6 = (1.0 / 3.0, 14.0 / 9.0, 1.0 / 9.0)
 
 #: Rows per sub-block the grid aims for: one system's sub-blocks are swept
-#: interleaved (ILP), so long ones keep the reduced system small; a batch's
-#: sub-blocks are swept over wide tiles of systems, so short ones keep a tile
-#: (sub-block x systems x four inputs) in cache between the two sweeps.
+#: interleaved (ILP), so long ones keep the reduced system small and the
+#: sweeps' streams long (a single 2^24 system: 0.36 s at 512 rows, 0.26-0.28 s
+#: at 8192, 2 workers here); a few systems (2-7) keep 512 so a sub-block's
+#: tile stays in L2; a batch's sub-blocks are swept over wide tiles of
+#: systems, so short ones keep a tile (sub-block x systems x four inputs) in
+#: cache between the two sweeps.
+_BLOCK_ROWS_SINGLE = 8192
 _BLOCK_ROWS = 512
 _BLOCK_ROWS_BATCH = 64
 #: Systems per tile of a batch sweep: wide rows stream (prefetch, few TLB misses).
@@ -160,8 +164,9 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
     """Sub-block offsets of a line of ``n`` rows (independent of the worker count).
 
     ``K = 12 * ceil(n / (12 * L))`` sub-blocks for ``n >= 24`` (so 1, 2, 3, 4,
-    6 and 12 workers get equal shares), ``n // 2`` below that; ``L = 512``
-    rows for one system (or a few), ``L = 64`` for a batch of 8 or more.
+    6 and 12 workers get equal shares), ``n // 2`` below that; ``L = 8192``
+    rows for one system, ``L = 512`` for a few (2 to 7), ``L = 64`` for a
+    batch of 8 or more.
 
     Examples
     --------
@@ -170,7 +175,7 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
     >>> block_grid(4096, batch=16384)[:3]
     array([ 0, 57, 114])
     """
-    rows = _BLOCK_ROWS_BATCH if batch >= 8 else _BLOCK_ROWS
+    rows = _BLOCK_ROWS_BATCH if batch >= 8 else _BLOCK_ROWS if batch > 1 else _BLOCK_ROWS_SINGLE
     k = 12 * max(1, -(-n // (12 * rows))) if n >= 24 else max(1, n // 2)
     return block_offsets(n, k)
 
@@ -742,6 +747,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "halo_rows": infos[0].get("halo"),
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},
         "rank_phase_seconds": [i["phases"] for i in infos],
+        "spans": [i["span"] for i in infos],
         "rows_per_worker": [int(offs[r + 1] - offs[r]) for r in range(P)],
     }
     return X
@@ -784,7 +790,8 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         x, info = got
     else:
         x, info = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
-    info.update(seconds=time.perf_counter() - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"])
+    t1 = time.perf_counter()
+    info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1))
     return x, info
 
 
