@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import scipy.linalg as sl
@@ -20,8 +22,12 @@ def _system(kind: str, n: int, batch: int | None, nrhs: int | None, seed: int = 
     if kind == "dominant":
         dl, du = rng.uniform(-1, 1, off), rng.uniform(-1, 1, off)
         d = 2.5 + rng.random(shape)
-    else:  # not diagonally dominant (|dl|+|du| > |d|) but well conditioned: 1 +- 2 sqrt(dl du) away from 0
+    elif kind == "nondominant":  # |dl|+|du| > |d| but well conditioned at these sizes: 1 +- 2 sqrt(dl du) > 0
         dl, du = 0.85 + 0.05 * rng.random(off), 0.25 + 0.05 * rng.random(off)
+        d = 1.0 + 0.05 * rng.random(shape)
+    else:  # "skew": not dominant either, and well conditioned at any n (the symbol d + dl e^it + du e^-it,
+        # real part >= 0.7, never reaches 0; same-sign off-diagonals of this size would enclose 0)
+        dl, du = 0.7 + 0.05 * rng.random(off), -0.5 - 0.05 * rng.random(off)
         d = 1.0 + 0.05 * rng.random(shape)
     b = rng.standard_normal(shape if nrhs is None else shape + (nrhs,))
     return dl, d, du, b
@@ -105,14 +111,31 @@ def test_identical_for_1_2_3_workers_and_all_work(clients):
     _close(outs[1, "exact"], _oracle(dl, d, du, b))
 
 
+@pytest.mark.parametrize("kind", ["dominant", "skew"])
+def test_long_single_system_in_long_sub_blocks(clients, kind):
+    # one system's grid aims for 8192-row sub-blocks: 150001 rows -> 24 of ~6250, 8 per rank on 3 workers
+    dl, d, du, b = _system(kind, 150_001, None, 2, seed=3)
+    ref = _oracle(dl, d, du, b)
+    outs = {}
+    for p in (1, 2, 3):
+        x = wb.tridiag_solve(dl, d, du, b, client=clients(p))
+        assert x.stats["blocks"] == 24 and x.stats["path"] == "two-pass"
+        outs[p] = np.asarray(x)
+    _close(outs[1], ref)
+    assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
+
+
 @pytest.mark.parametrize("periodic", [False, True])
 def test_fused_pass_for_dominant_batches(clients, periodic):
     # n = 1300 gives 12 blocks of ~108 rows: long enough for the fused single pass
     dl, d, du, b = _system("dominant", 1300, 9, None, seed=21, periodic=periodic)
     outs = {}
     for p in (1, 2, 3):
+        t0 = time.perf_counter()
         x = wb.tridiag_solve(dl, d, du, b, periodic=periodic, client=clients(p))
         assert x.stats["path"] == "fused" and x.stats["truncation_coupling"] <= 2.0 ** -53
+        spans = x.stats["rank_spans"]
+        assert len(spans) == p and all(t0 < s < e < time.perf_counter() for s, e in spans)
         outs[p] = np.asarray(x)
     assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
     if periodic:

@@ -219,7 +219,11 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
         ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
         ``path`` (``"fused"`` single pass or ``"two-pass"``), ``halo_rows`` (the
-        fused pass's halo), and per-phase times (slowest rank, and each rank's).
+        fused pass's halo), per-phase times (``phase_seconds``: the slowest
+        rank's; ``rank_phase_seconds``: each rank's) and ``rank_spans``, each
+        rank's ``(start, end)`` on ``time.perf_counter`` (a clock shared by the
+        processes of one host: subtract the client's own reading before the
+        call to see launch latency and skew).
 
     Examples
     --------
@@ -747,7 +751,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "halo_rows": infos[0].get("halo"),
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},
         "rank_phase_seconds": [i["phases"] for i in infos],
-        "spans": [i["span"] for i in infos],
+        "rank_spans": [i["span"] for i in infos],
         "rows_per_worker": [int(offs[r + 1] - offs[r]) for r in range(P)],
     }
     return X
