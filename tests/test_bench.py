@@ -34,6 +34,8 @@ def test_measure_rejects_bad_repeat():
 def test_probes_on_a_cluster(client):
     s = bench.stream_triad(client, n=1 << 20, repeat=2)
     assert len(s["per_worker_gbps"]) == 2 and s["aggregate_gbps"] > 0
+    # STREAM's aggregate (bytes over the slowest worker's time) never exceeds the sum of the workers' bests
+    assert s["aggregate_gbps"] <= sum(s["per_worker_gbps"]) * (1 + 1e-12)
     rt = bench.scheduler_roundtrip(client, repeat=3)
     assert rt["median_s"] > 0
     pp = bench.comms_pingpong(client, sizes=[8, 1 << 16], repeat=2)
