@@ -85,14 +85,19 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
 
     GPU work is synchronised and Dask futures/persisted collections are
     waited for before the clock stops.  ``setup`` (untimed) runs before each call.
+    Every call, warm-up or timed, runs while the previous call's result is
+    still alive (as in ``x = solve(...)`` in a loop), so after two warm-ups
+    the buffers that repeated calls cycle through exist already.
     """
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
+    value = None
     for _ in range(warmup):
         if setup:
             setup()
-        _block(fn())
-    times, value = [], None
+        value = fn()
+        _block(value)
+    times = []
     for _ in range(repeat):
         if setup:
             setup()
