@@ -1849,42 +1849,18 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                 br = b[i, v0:v1]
                 xr = x[i, v0:v1]
                 rcs = rc[j % RB]
-                # the first H rows also carry v' (x_prev's column): their own copy of the row loop keeps
-                # that work out of the other rows
+                # the first H rows also carry v' (x_prev's column): their own row loop keeps that work
+                # out of the other rows (one loop with a branch per row risks losing the vector path)
                 if j < H:
                     vsj = vs[j]
                     for v in range(vn):
-                        a = ar[v]
-                        dd = dr[v]
-                        c = cr[v]
-                        bv = br[v]
-                        piv = dd - a * cp[v]
-                        inv = 1.0 / piv
-                        c1 = c * inv
-                        b1 = (bv - a * bp[v]) * inv
-                        v1_ = -a * vp[v] * inv
-                        cp[v] = c1
-                        bp[v] = b1
+                        inv = _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc)
+                        v1_ = -ar[v] * vp[v] * inv
                         vp[v] = v1_
-                        rcs[v] = c1
-                        xr[v] = b1
                         vsj[v] = v1_
-                        cacc[v] += piv + c1 + b1
                 else:
                     for v in range(vn):
-                        a = ar[v]
-                        dd = dr[v]
-                        c = cr[v]
-                        bv = br[v]
-                        piv = dd - a * cp[v]
-                        inv = 1.0 / piv
-                        c1 = c * inv
-                        b1 = (bv - a * bp[v]) * inv
-                        cp[v] = c1
-                        bp[v] = b1
-                        rcs[v] = c1
-                        xr[v] = b1
-                        cacc[v] += piv + c1 + b1
+                        _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc)
                 e = min((k + 1) * W + H, L) - 1
                 if j != e:
                     continue
@@ -1978,6 +1954,23 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
     tau[0] = max(tau[0], t_halo)
     tau[1] = max(tau[1], t_v)
     tau[2] = max(tau[2], t_w)
+
+@_inline
+def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc):
+    # one row of the forward elimination for system v: c' into the ring and cp, b' into x and bp, and the
+    # finiteness sum; returns 1 / pivot
+    a = ar[v]
+    piv = dr[v] - a * cp[v]
+    inv = 1.0 / piv
+    c1 = cr[v] * inv
+    b1 = (br[v] - a * bp[v]) * inv
+    cp[v] = c1
+    bp[v] = b1
+    rcs[v] = c1
+    xr[v] = b1
+    cacc[v] += piv + c1 + b1
+    return inv
+
 
 @_njit
 def decay_kernel(dl, d, du, skip, upto):
