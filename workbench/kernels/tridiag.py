@@ -154,7 +154,8 @@ _PROBE_MARGIN = 1e-3
 _FUSED_BLOCKS = 12
 #: Truncate the reduced system when every dropped coupling is below this.
 _TRUNC_TOL = 2.0 ** -53
-#: Scale for the finiteness accumulator: large finite entries must not overflow it.
+#: Scale for the finiteness accumulator: large finite entries must not overflow it (the numba kernels
+#: read it as a compile-time constant).
 _CHK_SCALE = 2.0 ** -80
 _REDUCED = ("auto", "exact", "truncated")
 _ENGINES = ("auto", "numba", "array")
@@ -1301,12 +1302,12 @@ def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
                             sa[g, v] = a * inv
                             sc[g, v] = c * inv
                             ri[g, v] = inv
-                            cacc[g, v] += (abs(a) + abs(c) + abs(d[i, v0 + v]) + abs(inv)) * 8.271806125530277e-25
+                            cacc[g, v] += (abs(a) + abs(c) + abs(d[i, v0 + v]) + abs(inv)) * _CHK_SCALE
                         for q in range(R):
                             for v in range(vn):
                                 bv = b[i, q, v0 + v]
                                 sd[g, q, v] = bv * ri[g, v]
-                                cacc[g, v] += abs(bv) * 8.271806125530277e-25
+                                cacc[g, v] += abs(bv) * _CHK_SCALE
                     else:
                         for v in range(vn):
                             a = dl[i, v0 + v]
@@ -1316,12 +1317,12 @@ def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
                             sa[g, v] = -a * sa[g, v] * inv
                             sc[g, v] = c * inv
                             ri[g, v] = inv
-                            cacc[g, v] += (abs(a) + abs(c) + abs(dd) + abs(inv)) * 8.271806125530277e-25
+                            cacc[g, v] += (abs(a) + abs(c) + abs(dd) + abs(inv)) * _CHK_SCALE
                         for q in range(R):
                             for v in range(vn):
                                 bv = b[i, q, v0 + v]
                                 sd[g, q, v] = (bv - dl[i, v0 + v] * sd[g, q, v]) * ri[g, v]
-                                cacc[g, v] += abs(bv) * 8.271806125530277e-25
+                                cacc[g, v] += abs(bv) * _CHK_SCALE
                     if j == L - 1:
                         r = rows0[s0 + g] + (1 if L >= 2 else 0)
                         for v in range(vn):
@@ -1353,7 +1354,7 @@ def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
                             sa[g, v] = dl[i, v0 + v] * inv
                             sc[g, v] = -c * sc[g, v] * inv
                             ri[g, v] = inv
-                            cacc[g, v] += abs(inv) * 8.271806125530277e-25
+                            cacc[g, v] += abs(inv) * _CHK_SCALE
                         for q in range(R):
                             for v in range(vn):
                                 sd[g, q, v] = (b[i, q, v0 + v] - du[i, v0 + v] * sd[g, q, v]) * ri[g, v]
@@ -1476,7 +1477,7 @@ def reduce1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
             tt = abs(a) + abs(c) + abs(dd) + abs(inv)
             for q in range(R):
                 tt += abs(b[i, q])
-            acc += tt * 8.271806125530277e-25
+            acc += tt * _CHK_SCALE
             if L >= 2:
                 k = i0 + L - 1 - j
                 a2 = dl[k]
@@ -1491,7 +1492,7 @@ def reduce1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
                     uc = -c2 * uc * inv2
                     for q in range(R):
                         up[q] = (b[k, q] - c2 * up[q]) * inv2
-                    acc += abs(inv2) * 8.271806125530277e-25
+                    acc += abs(inv2) * _CHK_SCALE
                 ua = a2 * inv2
         r = rows0[s]
         if L >= 2:
@@ -1552,7 +1553,7 @@ def down_row(j, a, dd, c, bb, da, dc, dn):
         inv = 1.0 / (dd - a * dc)
         da = -a * da * inv
         dn = (bb - a * dn) * inv
-    return da, c * inv, dn, (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bb)) * 8.271806125530277e-25
+    return da, c * inv, dn, (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bb)) * _CHK_SCALE
 
 @_inline
 def up_row(j, a, dd, c, bb, ua, uc, up):
@@ -1565,7 +1566,7 @@ def up_row(j, a, dd, c, bb, ua, uc, up):
         inv = 1.0 / (dd - c * ua)
         uc = -c * uc * inv
         up = (bb - c * up) * inv
-        t = abs(inv) * 8.271806125530277e-25
+        t = abs(inv) * _CHK_SCALE
     return a * inv, uc, up, t
 
 @_inline
@@ -1698,7 +1699,7 @@ def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
                         sa[v] = a * inv
                         sc[v] = c * inv
                         sd[v] = bv * inv
-                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
+                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * _CHK_SCALE
                 else:
                     for v in range(vn):
                         a = dl[i, v0 + v]
@@ -1709,7 +1710,7 @@ def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
                         sa[v] = -a * sa[v] * inv
                         sc[v] = c * inv
                         sd[v] = (bv - a * sd[v]) * inv
-                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * 8.271806125530277e-25
+                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * _CHK_SCALE
             rl = r + (1 if L >= 2 else 0)
             for v in range(vn):
                 RA[rl, v0 + v] = sa[v]
@@ -1731,7 +1732,7 @@ def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
                             sa[v] = dl[i, v0 + v] * inv
                             sc[v] = -c * sc[v] * inv
                             sd[v] = (b[i, v0 + v] - c * sd[v]) * inv
-                            cacc[v] += abs(inv) * 8.271806125530277e-25
+                            cacc[v] += abs(inv) * _CHK_SCALE
                 for v in range(vn):
                     RA[r, v0 + v] = sa[v]
                     RC[r, v0 + v] = sc[v]
