@@ -1808,10 +1808,14 @@ def expand_b1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, Vt):
 def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
     # one pass per tile of Vt systems over the rank's blocks: forward elimination into x (b') and a ring of
     # c'; every W rows, back-substitute the window from H rows further down (x there taken as 0: the
-    # dropped term is prod |c'| over the halo, tracked in tau[0]).  Inner loops touch each array at one
-    # row only: a loop that reads one row of an array and writes another falls off LLVM's vector path.
-    # chk sums piv + c' + b': non-finite iff an input is (a at a block's first row: inf * 0 = nan) or a
-    # pivot is 0; huge finite values may overflow it too, which only sends the solve to the two-pass path.
+    # dropped term is prod |c'| over the halo, tracked in tau[0]).  Rows go in pairs, the recurrences held
+    # in registers across the pair (W, H and the ring even; windows end on odd rows): a third fewer loads
+    # and stores per element.  Inner loops touch an array at one row per slice: a loop that indexes two
+    # rows of one array through the same view falls off LLVM's vector path.
+    # Finiteness: every b' is stored as b' + 0 * (pivot + c'), non-finite iff an input is (a at a block's
+    # first row: inf * 0 = nan) or a pivot is 0; the back-substitution carries a nan or inf up to its
+    # window's top row, whose values are summed into chk.  Huge finite values may overflow it too, which
+    # only sends the solve to the two-pass path.
     S = starts.size
     V = d.shape[1]
     RB = W + H
@@ -1823,7 +1827,7 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
     vp = np.empty(Vt)
     xn = np.empty(Vt)
     pp = np.empty(Vt)
-    cacc = np.empty(Vt)
+    top_sum = np.empty(Vt)
     p = np.empty(Vt)
     q = np.empty(Vt)
     t_halo = 0.0
@@ -1832,39 +1836,55 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
     for v0 in range(0, V, Vt):
         vn = min(Vt, V - v0)
         v1 = v0 + vn
-        tsum = 0.0
+        for v in range(vn):
+            top_sum[v] = 0.0
         for s in range(S):
             i0 = starts[s]
             L = lens[s]
             for v in range(vn):
-                cacc[v] = 0.0
                 cp[v] = 0.0
                 bp[v] = 0.0
                 vp[v] = -1.0
             k = 0
-            for j in range(L):
-                i = i0 + j
-                ar = dl[i, v0:v1]
-                dr = d[i, v0:v1]
-                cr = du[i, v0:v1]
-                br = b[i, v0:v1]
-                xr = x[i, v0:v1]
-                rcs = rc[j % RB]
-                # the first H rows also carry v' (x_prev's column): their own row loop keeps that work
-                # out of the other rows (one loop with a branch per row risks losing the vector path)
-                if j < H:
-                    vsj = vs[j]
-                    for v in range(vn):
-                        inv = _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc)
-                        v1_ = -ar[v] * vp[v] * inv
-                        vp[v] = v1_
-                        vsj[v] = v1_
-                else:
-                    for v in range(vn):
-                        _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc)
+            j = 0
+            while j < L:
                 e = min((k + 1) * W + H, L) - 1
-                if j != e:
-                    continue
+                # ---- forward rows j..e: pairs, then the block's last row when L is odd
+                while j < e:
+                    i = i0 + j
+                    a0, d0, c0, b0 = dl[i, v0:v1], d[i, v0:v1], du[i, v0:v1], b[i, v0:v1]
+                    a1, d1, c1, b1 = dl[i + 1, v0:v1], d[i + 1, v0:v1], du[i + 1, v0:v1], b[i + 1, v0:v1]
+                    x0, x1 = x[i, v0:v1], x[i + 1, v0:v1]
+                    r0_, r1_ = rc[j % RB], rc[(j + 1) % RB]
+                    # the first H rows also carry v' (x_prev's column) in their own loop
+                    if j < H:
+                        vs0, vs1 = vs[j], vs[j + 1]
+                        for v in range(vn):
+                            inv0, inv1 = _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
+                            w0 = -a0[v] * vp[v] * inv0
+                            w1 = -a1[v] * w0 * inv1
+                            vs0[v] = w0
+                            vs1[v] = w1
+                            vp[v] = w1
+                    else:
+                        for v in range(vn):
+                            _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
+                    j += 2
+                if j == e:
+                    i = i0 + j
+                    a0, d0, c0, b0, x0 = dl[i, v0:v1], d[i, v0:v1], du[i, v0:v1], b[i, v0:v1], x[i, v0:v1]
+                    r0_ = rc[j % RB]
+                    if j < H:
+                        vs0 = vs[j]
+                        for v in range(vn):
+                            inv0 = _eliminate(v, a0, d0, c0, b0, cp, bp, r0_, x0)
+                            w0 = -a0[v] * vp[v] * inv0
+                            vs0[v] = w0
+                            vp[v] = w0
+                    else:
+                        for v in range(vn):
+                            _eliminate(v, a0, d0, c0, b0, cp, bp, r0_, x0)
+                    j += 1
                 # ---- window k: rows r0 .. r1-1 become final (up to the block's edge columns)
                 last = e == L - 1
                 r0 = k * W
@@ -1881,7 +1901,17 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                     for v in range(vn):
                         xn[v] = xe[v]
                         pp[v] = abs(rce[v])
-                    for jj in range(e - 1, r1 - 1, -1):
+                    jj = e - 1
+                    while jj > r1:
+                        ra, rb_ = rc[jj % RB], rc[(jj - 1) % RB]
+                        xa, xb = x[i0 + jj, v0:v1], x[i0 + jj - 1, v0:v1]
+                        for v in range(vn):
+                            ca = ra[v]
+                            cb = rb_[v]
+                            xn[v] = xb[v] - cb * (xa[v] - ca * xn[v])
+                            pp[v] *= abs(ca) * abs(cb)
+                        jj -= 2
+                    if jj == r1:
                         rcs = rc[jj % RB]
                         xr = x[i0 + jj, v0:v1]
                         for v in range(vn):
@@ -1891,13 +1921,26 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                     for v in range(vn):
                         t_halo = max(t_halo, pp[v])
                     top = r1 - 1
-                for jj in range(top, r0 - 1, -1):
+                jj = top
+                while jj > r0:
+                    ra, rb_ = rc[jj % RB], rc[(jj - 1) % RB]
+                    xa, xb = x[i0 + jj, v0:v1], x[i0 + jj - 1, v0:v1]
+                    for v in range(vn):
+                        ya = xa[v] - ra[v] * xn[v]
+                        xa[v] = ya
+                        yb = xb[v] - rb_[v] * ya
+                        xb[v] = yb
+                        xn[v] = yb
+                    jj -= 2
+                if jj == r0:
                     rcs = rc[jj % RB]
                     xr = x[i0 + jj, v0:v1]
                     for v in range(vn):
                         xv = xr[v] - rcs[v] * xn[v]
                         xn[v] = xv
                         xr[v] = xv
+                for v in range(vn):
+                    top_sum[v] += xn[v]
                 if r0 == 0:
                     # v = the x_prev column back-substituted over the first H rows (dropped: |v'_{H-1}|)
                     vl = vs[H - 1]
@@ -1949,17 +1992,19 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                             edge[3, v0 + v] = ws[H - 1, v]
                         for t_ in range(H):
                             WS[t_, v0:v1] = ws[t_, :vn]
-            for v in range(vn):
-                tsum += cacc[v]
+        tsum = 0.0
+        for v in range(vn):
+            tsum += top_sum[v]
         chk[0] += tsum
     tau[0] = max(tau[0], t_halo)
     tau[1] = max(tau[1], t_v)
     tau[2] = max(tau[2], t_w)
 
+
 @_inline
-def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc):
-    # one row of the forward elimination for system v: c' into the ring and cp, b' into x and bp, and the
-    # finiteness sum; returns 1 / pivot
+def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr):
+    # one row of the forward elimination for system v: c' into the ring and cp, b' into x (with the
+    # finiteness term) and bp; returns 1 / pivot
     a = ar[v]
     piv = dr[v] - a * cp[v]
     inv = 1.0 / piv
@@ -1968,9 +2013,30 @@ def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr, cacc):
     cp[v] = c1
     bp[v] = b1
     rcs[v] = c1
-    xr[v] = b1
-    cacc[v] += piv + c1 + b1
+    xr[v] = b1 + 0.0 * (piv + c1)
     return inv
+
+
+@_inline
+def _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
+    # two rows of _eliminate, the first row's c' and b' kept in registers for the second
+    a = a0[v]
+    piv = d0[v] - a * cp[v]
+    inv0 = 1.0 / piv
+    cc = c0[v] * inv0
+    bb = (b0[v] - a * bp[v]) * inv0
+    rc0[v] = cc
+    x0[v] = bb + 0.0 * (piv + cc)
+    a = a1[v]
+    piv = d1[v] - a * cc
+    inv1 = 1.0 / piv
+    cc = c1[v] * inv1
+    bb = (b1[v] - a * bb) * inv1
+    rc1[v] = cc
+    x1[v] = bb + 0.0 * (piv + cc)
+    cp[v] = cc
+    bp[v] = bb
+    return inv0, inv1
 
 
 @_njit
