@@ -186,6 +186,30 @@ def test_fused_pass_falls_back_when_coupling_does_not_decay(clients):
         wb.tridiag_solve(dlr, bad, dur, br, client=client)
 
 
+def test_repeated_solves_reuse_the_matrix_halo(clients):
+    # a matrix already on the workers keeps its dask keys: the second solve skips the probe and its broadcast
+    client = clients(2)
+    dl, d, du, b = _system("dominant", 1300, 9, None, seed=26)
+    rows = distribute_system(dl, d, du, b, client=client)
+    x1 = wb.tridiag_solve(*rows, client=client)
+    x2 = wb.tridiag_solve(*rows, client=client)
+    assert (x1.stats["halo_from"], x2.stats["halo_from"]) == ("probe", "cache")
+    assert x1.stats["path"] == x2.stats["path"] == "fused" and x1.stats["halo_rows"] == x2.stats["halo_rows"]
+    assert np.array_equal(np.asarray(x1), np.asarray(x2))
+    other = distribute_system(dl, d, du, 2 * b, client=client)                 # new keys: probed again
+    x3 = wb.tridiag_solve(*other, client=client)
+    assert x3.stats["halo_from"] == "probe" and np.array_equal(np.asarray(x3), 2 * np.asarray(x1))
+    # a matrix whose coupling does not decay: the cached verdict sends the next solve straight to two passes
+    rng = np.random.default_rng(27)
+    slow = distribute_system(np.full((8, 1299), 0.5), 1.0 + 1e-3 * rng.random((8, 1300)), np.full((8, 1299), 0.5),
+                             rng.standard_normal((8, 1300)), client=client)
+    y1 = wb.tridiag_solve(*slow, client=client)
+    y2 = wb.tridiag_solve(*slow, client=client)
+    assert (y1.stats["halo_from"], y2.stats["halo_from"]) == ("probe", "cache")
+    assert y1.stats["path"] == y2.stats["path"] == "two-pass"
+    assert np.array_equal(np.asarray(y1), np.asarray(y2))
+
+
 def test_fused_kernel_windows_and_tiles_match_thomas():
     pytest.importorskip("numba")
     from workbench.kernels import tridiag as K
