@@ -58,7 +58,10 @@ over its inputs, tile by tile of 2048 systems:
   rows; every ``W = 64`` rows, the window is back-substituted starting
   ``H`` rows further down with ``x`` there taken as 0.  The dropped term
   is ``prod |c'|`` over the halo times ``|x|`` (checked).  ``H`` (32 to 64)
-  is sized per solve from the decay measured on the line's first rows;
+  is sized from the decay measured on the line's first rows, once per matrix:
+  a matrix already on the workers (dask keys) keeps its halo for later
+  solves (``x.stats["halo_from"]``), as a compact scheme's time steps do.
+  Rows go in pairs, the recurrences held in registers across the pair;
 * the neighbours' unknowns enter a block only through the columns
   ``x_j = y_j - v_j x_prev - w_j x_next``; ``v`` decays from the block's top and
   ``w`` from its bottom, so they are kept for the first and last ``H`` rows
