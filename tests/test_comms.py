@@ -154,16 +154,19 @@ def test_large_payloads_same_host(client4, n_ranks):
 
     addrs = worker_addresses(client4)[:n_ranks]
     n = 1 << 18  # 2 MiB of float64: over the pull threshold
-    res = comms.spmd(_large_payloads, [n] * n_ranks, client=client4, workers=addrs)
     A = sp.random(2000, 2000, density=0.05, format="csr", random_state=1)
-    for r, out in enumerate(res):
-        # its own part is its own (overwritten) buffer; the peers' parts are copies
-        assert out["a2a"] == [-1.0 if s == r else 100.0 * s + r for s in range(n_ranks)] * 2
-        assert out["big_ok"] and out["writable"]
-        assert out["strided"] == [2.0 + s for s in range(n_ranks)]
-        assert out["A_nnz"] == A.nnz and out["A_sum"] == pytest.approx(A.sum())
-    if comms._READV is not None:  # Linux with cross-memory attach allowed: the bytes did not cross a socket
-        assert sum(out["pulled"] for out in res) > 0
+    # the second group on the same workers finds its pull peers without a collective (remembered)
+    for _ in range(2):
+        res = comms.spmd(_large_payloads, [n] * n_ranks, client=client4, workers=addrs)
+        assert tuple(addrs) in client4._workbench_groups
+        for r, out in enumerate(res):
+            # its own part is its own (overwritten) buffer; the peers' parts are copies
+            assert out["a2a"] == [-1.0 if s == r else 100.0 * s + r for s in range(n_ranks)] * 2
+            assert out["big_ok"] and out["writable"]
+            assert out["strided"] == [2.0 + s for s in range(n_ranks)]
+            assert out["A_nnz"] == A.nnz and out["A_sum"] == pytest.approx(A.sum())
+        if comms._READV is not None:  # Linux with cross-memory attach allowed: the bytes did not cross a socket
+            assert sum(out["pulled"] for out in res) > 0
 
 
 def test_parcel_roundtrip_in_process():

@@ -206,6 +206,7 @@ def ensure_registered(client: Any) -> None:
         infos[(msg["group"], msg["rank"])] = msg["info"]
 
     client._workbench_infos = infos
+    client._workbench_groups = set()  # worker-address tuples that have completed a group
     client.subscribe_topic(_INFO_TOPIC, on_info)
     client._workbench_comms = True
 
@@ -236,6 +237,7 @@ def _load_readv() -> Any:
 _READV = _load_readv()
 _PROBE = np.array([0x5742_434D_4150_524F], dtype=np.uint64)  # what a peer reads to test access
 _PULL_OK: set[int] = set()           # pids this process has read from
+_PEERS_SEEN: dict[tuple, frozenset] = {}  # (group's worker addresses, rank) -> pull peers
 _OUTBOX: dict[str, _Outgoing] = {}   # payloads waiting for their receivers to pull them
 _OUTBOX_LOCK = threading.Lock()
 _PULL_POOL: Any = None
@@ -592,6 +594,7 @@ class Comm:
                 self.stats["bytes_pulled"] += nbytes(obj) * (out.receivers - len(out.failed))
             if fallback:
                 self._pull_peers -= {self._addresses.index(a) for a, _ in fallback}
+                _PEERS_SEEN[(tuple(self._addresses), self._global_rank)] = frozenset(self._pull_peers)
                 self._post(fallback, tag, deadline)
         finally:
             with _OUTBOX_LOCK:
@@ -685,7 +688,7 @@ _OPS: dict[str, Callable] = {
 
 
 def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeout: float,
-                rank_arg: Any, args: tuple, kwargs: dict, publish_info: bool = False) -> Any:
+                rank_arg: Any, args: tuple, kwargs: dict, publish_info: bool = False, known: bool = False) -> Any:
     from distributed import get_worker, secede
 
     worker = get_worker()
@@ -696,7 +699,7 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
     secede()
     comm = Comm(group, rank, addresses, timeout)
     try:
-        comm._pull_peers = _pull_peers(comm)  # also the barrier: all ranks alive before real traffic
+        comm._pull_peers = _pull_peers(comm, known)
         comm.stats.update(bytes_sent=0, messages_sent=0)  # count the kernel's traffic only
         out = fn(comm, rank_arg, *args, **kwargs)
         if publish_info:
@@ -715,8 +718,24 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
         _POST.close(group)
 
 
-def _pull_peers(comm: Comm) -> set[int]:
-    """Ranks that can copy straight out of this rank's memory (same host, access allowed)."""
+def _pull_peers(comm: Comm, known: bool = False) -> set[int]:
+    """Ranks that can copy straight out of this rank's memory (same host, access allowed).
+
+    Found with one ``allgather`` the first time a set of workers forms a group, then remembered
+    per process: the client passes ``known`` for a set of workers that has completed a group, and no
+    rank then communicates here (every rank decides alike, so none waits in a collective alone).  A
+    rank without the memory (its worker restarted at the same address) takes no pull peers: its
+    sends go over the network.  A stale entry only costs a failed pull, which falls back the same way.
+    """
+    key = (tuple(comm._addresses), comm._global_rank)
+    if known:
+        return set(_PEERS_SEEN.get(key, ()))
+    found = _find_pull_peers(comm)
+    _PEERS_SEEN[key] = frozenset(found)
+    return found
+
+
+def _find_pull_peers(comm: Comm) -> set[int]:
     me = _host_identity()
     table = comm.allgather((me, sorted(_PULL_OK)))
     near = [] if me is None else [r for r, (ident, _) in enumerate(table)
@@ -756,9 +775,10 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     if len(rank_args) != len(addresses):
         raise ValueError(f"rank_args has {len(rank_args)} entries for {len(addresses)} workers")
     group = f"{name or getattr(fn, '__name__', 'spmd')}-{uuid.uuid4().hex[:12]}"
+    known = tuple(addresses) in client._workbench_groups
     futures = [
         client.submit(_rank_entry, fn, group, r, addresses, timeout, rank_args[r], args, kwargs, publish_info,
-                      workers=[addresses[r]], allow_other_workers=False, pure=False,
+                      known, workers=[addresses[r]], allow_other_workers=False, pure=False,
                       key=f"spmd-{group}-{r}", retries=0)
         for r in range(len(addresses))
     ]
@@ -803,6 +823,8 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
                 _forget_infos(futures)
                 raise WorkerLostError(f"SPMD group {futures.group} lost worker(s) {lost}")
     failed = [f for f in futures if f.status == "error"]
+    if not failed:
+        client._workbench_groups.add(tuple(futures.addresses))   # every rank remembers its pull peers
     if failed:
         _forget_infos(futures)
         # re-raise the cause, not the peers it aborted (whose errors may reach the client first)
