@@ -295,6 +295,26 @@ def test_compact_derivative(clients):
     assert np.array_equal(df1, df[0])
 
 
+@pytest.mark.parametrize("periodic", [True, False])
+def test_compact_derivative_fused_pass(clients, periodic):
+    # the paper's use case: stencil and solve in one pass per rank (blocks of ~108 rows, halo 48)
+    n, V = 1300, 8
+    t = 2 * np.pi * np.arange(n) / n if periodic else np.linspace(0, 2 * np.pi, n)
+    k = np.arange(1, V + 1)[:, None]
+    f = np.sin(k * t)
+    h = t[1] - t[0]
+    outs = {}
+    for p in (1, 2, 3):
+        y = wb.compact_derivative(f, h, periodic=periodic, client=clients(p))
+        assert y.stats["path"] == "fused" and y.stats["halo_rows"] == 48
+        outs[p] = np.asarray(y)
+    assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
+    exact = np.asarray(wb.compact_derivative(f, h, periodic=periodic, reduced="exact", client=clients(3)))
+    assert np.abs(outs[3] - exact).max() <= 1e-12 * np.abs(exact).max()
+    err = np.abs(outs[3] - k * np.cos(k * t))
+    assert (err.max() if periodic else err[:, 2:-2].max()) < 1e-6
+
+
 def test_bad_inputs(clients):
     client = clients(2)
     dl, d, du, b = _system("dominant", 10, None, None)

@@ -622,7 +622,7 @@ def _sub_blocks(lo: int, hi: int, grid: np.ndarray) -> tuple[np.ndarray, np.ndar
     return edges[:-1], np.diff(edges)
 
 
-def _fused_blocks(spec: _Spec, mode: str, gpu: bool, offs: np.ndarray, grid: np.ndarray) -> list | None:
+def _fused_blocks(spec: _Spec, gpu: bool, offs: np.ndarray, grid: np.ndarray) -> list | None:
     """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
 
     The blocks are runs of the grid's sub-blocks cut at every ``K / 12``-th grid
@@ -631,7 +631,7 @@ def _fused_blocks(spec: _Spec, mode: str, gpu: bool, offs: np.ndarray, grid: np.
     """
     K = len(grid) - 1
     P = len(offs) - 1
-    if (mode != "solve" or spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or gpu or spec.engine == "array"
+    if (spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or gpu or spec.engine == "array"
             or K % _FUSED_BLOCKS or any(offs[r + 1] <= offs[r] for r in range(P))):
         return None
     coarse = grid[::K // _FUSED_BLOCKS]
@@ -656,7 +656,9 @@ _PROBE = "probe"
 
 def _matrix_key(spec: _Spec, offs: np.ndarray) -> tuple | None:
     """What the halo probe's verdict depends on: the coefficients' identity and the rank layout."""
-    if spec.compact or spec.source == "host":
+    if spec.compact:  # the compact scheme's matrix depends on n and the boundaries only
+        return ("compact", spec.n, spec.V, tuple(int(o) for o in offs), spec.periodic)
+    if spec.source == "host":
         return None
     if spec.source == "rows":
         coef = tuple(tuple(getattr(f, "key", None) for f in a.parts) for a in (spec.dl, spec.d, spec.du))
@@ -754,7 +756,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
            "engine": spec.engine, "form": "rows" if spec.source == "rows" else ("batch" if spec.batched else "single"),
            "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
            "h": spec.h, "mode": mode}
-    fused = _fused_blocks(spec, mode, gpu, offs, grid)
+    fused = _fused_blocks(spec, gpu, offs, grid)
     cfg["fused_min_rows"] = 0 if fused is None else int(min(ln.min() for _, ln in fused))
     matrix = _matrix_key(spec, offs) if fused is not None else None
     cfg["halo"] = _HALO_CACHE.get(matrix, _PROBE) if matrix is not None else _PROBE
@@ -838,13 +840,12 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
 
 def _line_major_local(a: Any, cfg: dict, rhs: bool) -> Any:
     """A rank's block in the solver layout: coefficients (m, V), rhs (m, R, V)."""
-    xp = namespace(a)
     form = cfg["form"]
-    if form == "batch":  # (V, m) or (V, m, R)
-        if a.ndim == 3:
-            return xp.ascontiguousarray(a.transpose(1, 2, 0))
-        a = xp.ascontiguousarray(a.T)
-        return a[:, None, :] if rhs else a
+    if form == "batch":  # (V, m) or (V, m, R): transposed into pooled buffers (no fresh pages per solve)
+        t = a.transpose(1, 2, 0) if a.ndim == 3 else a.T
+        out = empty(t.shape, like=a)
+        out[...] = t
+        return out[:, None, :] if rhs and a.ndim == 2 else out
     if form == "single":  # (m,) or (m, R)
         if rhs:
             return a[:, :, None] if a.ndim == 2 else a[:, None, None]
@@ -958,7 +959,7 @@ def _fused_halo(dl: np.ndarray, d: np.ndarray, du: np.ndarray, rows: int) -> int
     upto = min(upto, rows)
     if upto - skip < 16:
         return None
-    worst = decay_kernel(*_c(dl, d, du), skip, upto)
+    worst = decay_kernel(*_c(dl[:upto], d[:upto], du[:upto]), skip, upto)
     if not worst > 0.0:
         return _FUSED_HALOS[0] if worst == 0.0 else None
     rate = math.log(worst) / (upto - skip)
@@ -1140,8 +1141,19 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
         return e, e, e, xp.zeros((0, 1, V))
     left = got[prev]["to_prev"] if prev is not None else xp.zeros((2, V))
     right = got[nxt]["to_next"] if nxt is not None else xp.zeros((2, V))
-    fe = xp.concatenate([left, f, right], axis=0)  # row i of the block is fe[i + 2]
-    rhs = (a / (2 * h)) * (fe[3:m + 3] - fe[1:m + 1]) + (bb / (4 * h)) * (fe[4:m + 4] - fe[0:m])
+
+    def sample(k: int) -> Any:  # row k of the block, -2 <= k < m + 2 (the halo outside it)
+        return left[k + 2] if k < 0 else (right[k - m] if k >= m else f[k])
+
+    numba_engine = xp is np and cfg["engine"] != "array"
+    if numba_engine:
+        # one pass into a pooled buffer: numpy's temporaries are fresh pages on every call, and on this kind
+        # of VM a page fault per page costs more than the arithmetic
+        rhs = empty((m, V))
+        compact_rhs_kernel(*_c(f, left, right), a / (2 * h), bb / (4 * h), rhs)
+    else:
+        fe = xp.concatenate([left, f, right], axis=0)  # row i of the block is fe[i + 2]
+        rhs = (a / (2 * h)) * (fe[3:m + 3] - fe[1:m + 1]) + (bb / (4 * h)) * (fe[4:m + 4] - fe[0:m])
     dlv = np.full(m, alpha)
     duv = np.full(m, alpha)
     dv = np.ones(m)
@@ -1149,15 +1161,22 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
         for row, (l_, u_) in ((0, (0.0, 2.0)), (1, (0.25, 0.25)), (n - 2, (0.25, 0.25)), (n - 1, (2.0, 0.0))):
             if lo <= row < hi:
                 dlv[row - lo], duv[row - lo] = l_, u_
-        rows = {0: (-2.5 * fe[2] + 2 * fe[3] + 0.5 * fe[4]) / h if lo == 0 else None,
-                1: 0.75 / h * (fe[1 - lo + 3] - fe[1 - lo + 1]) if lo <= 1 < hi else None,
-                n - 2: 0.75 / h * (fe[n - 2 - lo + 3] - fe[n - 2 - lo + 1]) if lo <= n - 2 < hi else None,
-                n - 1: (2.5 * fe[m + 1] - 2 * fe[m] - 0.5 * fe[m - 1]) / h if hi == n else None}
+        rows = {0: (-2.5 * sample(0) + 2 * sample(1) + 0.5 * sample(2)) / h if lo == 0 else None,
+                1: 0.75 / h * (sample(2 - lo) - sample(-lo)) if lo <= 1 < hi else None,
+                n - 2: 0.75 / h * (sample(n - 1 - lo) - sample(n - 3 - lo)) if lo <= n - 2 < hi else None,
+                n - 1: (2.5 * sample(m - 1) - 2 * sample(m - 2) - 0.5 * sample(m - 3)) / h if hi == n else None}
         for row, val in rows.items():
             if val is not None:
                 rhs[row - lo] = val
-    def col(v: np.ndarray) -> Any:  # constant coefficients: a stride-0 view (array engine: no memory pass)
-        return xp.broadcast_to(xp.asarray(v)[:, None], (m, V))
+    def col(v: np.ndarray) -> Any:
+        # constant coefficients: a stride-0 view for the array engine (no memory pass); the numba kernels
+        # take C-contiguous (m, V) arrays, filled once here into pooled buffers
+        view = xp.broadcast_to(xp.asarray(v)[:, None], (m, V))
+        if not numba_engine:
+            return view
+        out = empty((m, V))
+        out[...] = view
+        return out
 
     return col(dlv), col(dv), col(duv), rhs[:, None, :]
 
@@ -2079,6 +2098,21 @@ def _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
     cp[v] = cc
     bp[v] = bb
     return inv0, inv1
+
+
+@_njit
+def compact_rhs_kernel(f, left, right, c1, c2, rhs):
+    # the compact scheme's explicit stencil, c1 (f[i+1] - f[i-1]) + c2 (f[i+2] - f[i-2]), rows outside the
+    # block from the halos (left: rows -2, -1; right: rows m, m+1); numpy's operation order
+    m, V = f.shape
+    for i in range(m):
+        fm2 = f[i - 2] if i >= 2 else left[i]
+        fm1 = f[i - 1] if i >= 1 else left[i + 1]
+        fp1 = f[i + 1] if i + 1 < m else right[i + 1 - m]
+        fp2 = f[i + 2] if i + 2 < m else right[i + 2 - m]
+        out = rhs[i]
+        for v in range(V):
+            out[v] = c1 * (fp1[v] - fm1[v]) + c2 * (fp2[v] - fm2[v])
 
 
 @_njit
