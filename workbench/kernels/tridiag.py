@@ -49,7 +49,8 @@ upward sweep and the Thomas back-substitution hit cache.
 
 Fused single pass (batches of dominant systems)
 -----------------------------------------------
-For a batch with one right-hand side and ``reduced="auto"``, the line is cut
+For a batch with one right-hand side and ``reduced="auto"`` (and the compact
+derivative's systems, the paper's use case), the line is cut
 into 12 *blocks* (runs of the grid's sub-blocks; cut again at rank edges, so
 1, 2, 3, 4, 6 or 12 workers see the same blocks) and each rank makes one pass
 over its inputs, tile by tile of 2048 systems:
@@ -251,7 +252,8 @@ def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = Tru
     ``alpha f'_{i-1} + f'_i + alpha f'_{i+1} = a (f_{i+1}-f_{i-1})/(2h) + b (f_{i+2}-f_{i-2})/(4h)``
     with ``alpha = 1/3, a = 14/9, b = 1/9``.  Each rank builds its right-hand
     side from its block plus a two-point halo from its neighbours, then solves,
-    all in one SPMD group.  Non-periodic ends use Lele's closures: the
+    all in one SPMD group; a batch of 8 or more lines whose blocks are long
+    enough (~100 rows) takes the fused single pass (``stats["path"]``).  Non-periodic ends use Lele's closures: the
     third-order ``f'_0 + 2 f'_1 = (-5/2 f_0 + 2 f_1 + 1/2 f_2)/h`` and the
     fourth-order Pade scheme (``alpha = 1/4``) on the next row.
 
