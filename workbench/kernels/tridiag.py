@@ -2065,38 +2065,33 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
 
 
 @_inline
-def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr):
-    # one row of the forward elimination for system v: c' into the ring and cp, b' into x (with the
-    # finiteness term) and bp; returns 1 / pivot
-    a = ar[v]
-    piv = dr[v] - a * cp[v]
+def _step(a, d, c, b, cprev, bprev):
+    # one row of the forward elimination for one system: 1 / pivot, c', b', and b' as stored in x (with
+    # the finiteness term: non-finite iff an input is or the pivot is 0)
+    piv = d - a * cprev
     inv = 1.0 / piv
-    c1 = cr[v] * inv
-    b1 = (br[v] - a * bp[v]) * inv
+    c1 = c * inv
+    b1 = (b - a * bprev) * inv
+    return inv, c1, b1, b1 + 0.0 * (piv + c1)
+
+
+@_inline
+def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr):
+    # one row for system v: c' into the ring and cp, b' into x and bp; returns 1 / pivot
+    inv, c1, b1, xr[v] = _step(ar[v], dr[v], cr[v], br[v], cp[v], bp[v])
     cp[v] = c1
     bp[v] = b1
     rcs[v] = c1
-    xr[v] = b1 + 0.0 * (piv + c1)
     return inv
 
 
 @_inline
 def _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
     # two rows of _eliminate, the first row's c' and b' kept in registers for the second
-    a = a0[v]
-    piv = d0[v] - a * cp[v]
-    inv0 = 1.0 / piv
-    cc = c0[v] * inv0
-    bb = (b0[v] - a * bp[v]) * inv0
+    inv0, cc, bb, x0[v] = _step(a0[v], d0[v], c0[v], b0[v], cp[v], bp[v])
     rc0[v] = cc
-    x0[v] = bb + 0.0 * (piv + cc)
-    a = a1[v]
-    piv = d1[v] - a * cc
-    inv1 = 1.0 / piv
-    cc = c1[v] * inv1
-    bb = (b1[v] - a * bb) * inv1
+    inv1, cc, bb, x1[v] = _step(a1[v], d1[v], c1[v], b1[v], cc, bb)
     rc1[v] = cc
-    x1[v] = bb + 0.0 * (piv + cc)
     cp[v] = cc
     bp[v] = bb
     return inv0, inv1
