@@ -86,8 +86,8 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     lab = dict(base, case=f"batch {batch}x{n}", peer_batch=pb)
     # two warm-up solves: the workers' host pools then hold the buffers that repeated solves cycle through
     # (the previous x is still alive, and its release is asynchronous); a fresh buffer costs a page fault
-    # per page on this VM (~0.25 s per rank here), a one-time cost the steady state does not pay
-    # each timed solve is paired with a STREAM triad run just before it (best of 3 iterations, STREAM's
+    # per page on this VM (~0.25 s per rank here), a one-time cost the steady state does not pay.
+    # Each timed solve is paired with a STREAM triad run just before it (best of 3 iterations, STREAM's
     # figure): this host's STREAM drifts by 1.5x within minutes, so one figure taken at the start of the
     # run says more about the drift than about the solve; the target is the median of the paired fractions
     paired: list[float] = []

@@ -825,7 +825,7 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
     failed = [f for f in futures if f.status == "error"]
     if not failed:
         client._workbench_groups.add(tuple(futures.addresses))   # every rank remembers its pull peers
-    if failed:
+    else:
         _forget_infos(futures)
         # re-raise the cause, not the peers it aborted (whose errors may reach the client first)
         if pending and all(isinstance(f.exception(), PeerFailedError) for f in failed):

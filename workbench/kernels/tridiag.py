@@ -253,9 +253,10 @@ def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = Tru
     with ``alpha = 1/3, a = 14/9, b = 1/9``.  Each rank builds its right-hand
     side from its block plus a two-point halo from its neighbours, then solves,
     all in one SPMD group; a batch of 8 or more lines whose blocks are long
-    enough (~100 rows) takes the fused single pass (``stats["path"]``).  Non-periodic ends use Lele's closures: the
-    third-order ``f'_0 + 2 f'_1 = (-5/2 f_0 + 2 f_1 + 1/2 f_2)/h`` and the
-    fourth-order Pade scheme (``alpha = 1/4``) on the next row.
+    enough (~100 rows) takes the fused single pass (``stats["path"]``).
+    Non-periodic ends use Lele's closures: the third-order
+    ``f'_0 + 2 f'_1 = (-5/2 f_0 + 2 f_1 + 1/2 f_2)/h`` and the fourth-order
+    Pade scheme (``alpha = 1/4``) on the next row.
 
     Parameters
     ----------
