@@ -112,10 +112,10 @@ from typing import Any
 import numba
 import numpy as np
 
-from .. import comms
-from ..backend import empty, namespace, to_host
-from ..cluster import backend_of, default_client, worker_addresses
-from ..partition import RowBlocks, _scatter_to, block_offsets
+from ... import comms
+from ...backend import empty, namespace, to_host
+from ...cluster import backend_of, default_client, worker_addresses
+from ...partition import RowBlocks, _scatter_to, block_offsets
 
 __all__ = [
     "tridiag_solve",

@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import comms
-from ..backend import empty, namespace, synchronize
-from ..cluster import default_client, worker_addresses
-from ..partition import block_offsets, grid_shape
+from ... import comms
+from ...backend import empty, namespace, synchronize
+from ...cluster import default_client, worker_addresses
+from ...partition import block_offsets, grid_shape
 
 __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "validate_fft", "distributed_random", "FFTPlan"]
 

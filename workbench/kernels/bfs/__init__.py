@@ -49,10 +49,10 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from .. import comms
-from ..backend import namespace, to_host
-from ..cluster import default_client
-from ..partition import BlockGrid, RowBlocks, block_offsets, distribute, grid_shape
+from ... import comms
+from ...backend import namespace, to_host
+from ...cluster import default_client
+from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, grid_shape
 
 __all__ = ["bfs", "graph500", "validate_bfs", "run_peers", "BFSResult", "Graph500Result", "ValidationReport",
            "harmonic_stats"]
@@ -225,7 +225,7 @@ def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0,
         raise TypeError(f"graph must be the RowBlocks of rmat_distributed, got {type(graph).__name__}")
     if partition == "auto":
         partition = "1d"
-    from .. import data
+    from ... import data
 
     data._validate_scale(scale, edgefactor)
     n = 1 << int(scale)
@@ -389,7 +389,7 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
         if (abs(A - A.T) > 0).nnz:
             raise ValueError("graph must be symmetric (an undirected graph): A != A.T")
     if P is None:
-        from ..cluster import worker_addresses
+        from ...cluster import worker_addresses
         P = len(worker_addresses(default_client(client)))
     if partition == "2d" or (partition == "auto" and isinstance(graph, BlockGrid)):
         RC = tuple(grid) if grid is not None else (graph.grid if isinstance(graph, BlockGrid) else grid_shape(P))
@@ -994,7 +994,7 @@ def run_peers(A: Any, roots: Any, names: Any = ("scipy", "igraph", "networkit"))
     """
     import scipy.sparse.csgraph as csgraph
 
-    from ..bench import measure
+    from ...bench import measure
 
     A = sp.csr_matrix(A)
     deg = np.diff(A.indptr)

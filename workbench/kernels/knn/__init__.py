@@ -58,10 +58,10 @@ from typing import Any
 import numba
 import numpy as np
 
-from .. import comms
-from ..backend import empty, namespace, to_host
-from ..cluster import default_client
-from ..partition import RowBlocks, as_row_blocks
+from ... import comms
+from ...backend import empty, namespace, to_host
+from ...cluster import default_client
+from ...partition import RowBlocks, as_row_blocks
 
 __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture", "brute_force_knn"]
 

@@ -59,10 +59,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .. import comms
-from ..backend import empty, namespace, sparse_namespace, to_host
-from ..cluster import default_client, worker_addresses
-from ..partition import BlockGrid, RowBlocks, block_offsets, distribute, rows_of
+from ... import comms
+from ...backend import empty, namespace, sparse_namespace, to_host
+from ...cluster import default_client, worker_addresses
+from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, rows_of
 
 __all__ = ["spmm", "spgemm", "validate_spmm", "SparseResult", "ALGORITHMS", "traffic_bytes"]
 

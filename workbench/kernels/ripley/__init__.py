@@ -55,10 +55,10 @@ from typing import Any
 import numba
 import numpy as np
 
-from .. import comms
-from ..backend import to_host
-from ..cluster import default_client
-from ..partition import RowBlocks, as_row_blocks, grid_shape
+from ... import comms
+from ...backend import to_host
+from ...cluster import default_client
+from ...partition import RowBlocks, as_row_blocks, grid_shape
 
 __all__ = ["RipleyResult", "ripley_k", "ripley_brute_force", "csr_k", "tile_bounds", "thomas_process",
            "hardcore_process", "space_time_cluster", "load_burkitt"]

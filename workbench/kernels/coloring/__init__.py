@@ -40,10 +40,10 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from .. import comms
-from ..backend import to_host
-from ..cluster import default_client
-from ..partition import BlockGrid, RowBlocks, block_offsets, distribute, owner_of
+from ... import comms
+from ...backend import to_host
+from ...cluster import default_client
+from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, owner_of
 
 __all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash", "sequential_greedy", "to_igraph"]
 
