@@ -145,7 +145,7 @@ def rmat(scale: int, edgefactor: int = 16, seed: int = 0) -> sp.csr_matrix:
 
 def _rmat_rank(comm: Any, blocks: list[int], scale: int, edgefactor: int, seed: int,
                offsets: np.ndarray) -> tuple:
-    from .partition import owner_of
+    from ..partition import owner_of
 
     ij = kronecker_edges(scale, edgefactor, seed, blocks)
     src = np.concatenate([ij[0], ij[1]])
@@ -176,9 +176,9 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     --------
     >>> G = rmat_distributed(16, seed=1, client=client)        # doctest: +SKIP
     """
-    from . import comms
-    from .cluster import default_client, worker_addresses
-    from .partition import RowBlocks, block_offsets
+    from .. import comms
+    from ..cluster import default_client, worker_addresses
+    from ..partition import RowBlocks, block_offsets
 
     _validate_scale(scale, edgefactor)
     client = default_client(client)
