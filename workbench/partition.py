@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import default_client, worker_addresses
+from .cluster import backend_of, default_client, worker_addresses
 
 __all__ = [
     "RowBlocks",
@@ -208,6 +208,11 @@ def _is_sparse(obj: Any) -> bool:
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
     [fut] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
+    if backend_of(client) == "gpu":
+        # on GPU workers a partition lives in device memory: moved there once, when distributed
+        from .backend import to_device
+
+        fut = client.submit(to_device, fut, workers=[worker], allow_other_workers=False, pure=False)
     return fut
 
 
