@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -9,6 +14,7 @@ import scipy.sparse.csgraph as csgraph
 
 import workbench as wb
 from workbench.kernels import bfs as kb
+from workbench.kernels.bfs import cpu
 
 A_RMAT = wb.data.rmat(9, edgefactor=8, seed=2)
 
@@ -187,7 +193,7 @@ def test_validator_rejects_broken_trees():
 
 
 def test_vectorised_kernels_match_numba():
-    """The xp (numpy/cupy) local kernels -- the GPU path -- agree with the numba ones."""
+    """The xp (numpy/cupy) local kernels agree with the numba twins."""
     A = wb.data.rmat(8, seed=7)
     ptr, idx = A.indptr.astype(np.int64), A.indices.astype(np.int32)
     rng = np.random.default_rng(0)
@@ -196,15 +202,67 @@ def test_vectorised_kernels_match_numba():
     fbits = np.zeros(A.shape[0], bool)
     fbits[front] = True
     out_r, out_p = np.empty(A.shape[0], np.int32), np.empty(A.shape[0], np.int32)
-    for nb, xp_fn, arg in ((kb._td_numba, kb._td_xp, front), (kb._bu_numba, kb._bu_xp, fbits)):
+    for nb, xp_fn, arg in ((cpu.top_down, kb._td_xp, front), (cpu.bottom_up, kb._bu_xp, fbits)):
         v1, v2 = visited.copy(), visited.copy()
-        cnt, _ = nb(ptr, idx, arg, v1, out_r, out_p)
-        rows, par, _ = xp_fn(ptr, idx, arg, v2)
-        np.testing.assert_array_equal(np.sort(out_r[:cnt]), rows)
+        counts = np.zeros(2, np.int64)
+        nb(ptr, idx, arg, v1, out_r, out_p, counts)
+        rows, par, ex = xp_fn(ptr, idx, arg, v2)
+        np.testing.assert_array_equal(np.sort(out_r[:counts[0]]), rows)
         np.testing.assert_array_equal(v1, v2)
         assert all(A[r, p] for r, p in zip(rows, par, strict=True))
-        if nb is kb._td_numba:
-            assert fbits[par].all()
+        if nb is cpu.top_down:
+            assert fbits[par].all() and counts[1] == ex == np.diff(ptr)[front].sum()
+
+
+# Run in a fresh process: the simulator is chosen when numba.cuda is first imported.
+_TWINS_UNDER_SIMULATOR = """
+import numba
+import numpy as np
+assert numba.config.ENABLE_CUDASIM
+import workbench as wb
+from workbench.kernels.bfs import cpu, cuda as dev
+
+A = wb.data.rmat(6, edgefactor=4, seed=3)
+n, ptr = A.shape[0], A.indptr.astype(np.int64)
+deg = np.diff(ptr)
+rng = np.random.default_rng(1)
+checked = 0
+for idx_t, grids in ((np.int32, [(2, 32), (1, 1), (3, 7)]), (np.int64, [(2, 32)])):
+    idx = A.indices.astype(idx_t)
+    visited = rng.random(n) < 0.3
+    front = np.flatnonzero(rng.random(n) < 0.2).astype(np.int64)
+    fbits = np.zeros(n, bool)
+    fbits[front] = True
+    for name, arg in (("top_down", front), ("bottom_up", fbits)):
+        want_v = visited.copy()
+        want = [np.full(n, -1, idx_t), np.full(n, -1, idx_t), np.array([3, 5], np.int64)]
+        getattr(cpu, name)(ptr, idx, arg, want_v, *want)
+        assert want[2][0] > 3, "the case discovers nothing"
+        for grid in grids:
+            got_v = visited.astype(np.int32)
+            got = [np.full(n, -1, idx_t), np.full(n, -1, idx_t), np.array([3, 5], np.int64)]
+            getattr(dev, name)[grid](ptr, idx, arg, got_v, *got)
+            ctx = (name, idx_t.__name__, grid)
+            np.testing.assert_array_equal(got[2], want[2], err_msg=str(ctx))      # queue tail, edges examined
+            np.testing.assert_array_equal(got_v.astype(bool), want_v, err_msg=str(ctx))
+            rows, par = got[0][3:got[2][0]], got[1][3:got[2][0]]
+            np.testing.assert_array_equal(np.sort(rows), np.sort(want[0][3:want[2][0]]), err_msg=str(ctx))
+            assert (got[0][:3] == -1).all() and (got[0][got[2][0]:] == -1).all(), ctx   # nothing outside the queue
+            assert all(A[r, p] for r, p in zip(rows, par)) and fbits[par].all(), ctx   # parents: frontier neighbours
+            assert not visited[rows].any(), ctx
+            checked += 1
+print("checked", checked)
+"""
+
+
+def test_cuda_twins_match_cpu_twins_under_simulator():
+    """Each numba.cuda twin, launched under numba's CUDA simulator on several grids, discovers the same
+    vertices with the same counts as its CPU twin, and every parent it records is a frontier neighbour."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(Path(wb.__file__).parent.parent))
+    out = subprocess.run([sys.executable, "-c", _TWINS_UNDER_SIMULATOR], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "checked 8" in out.stdout
 
 
 def test_bad_inputs(clients):

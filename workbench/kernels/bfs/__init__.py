@@ -51,8 +51,6 @@ import scipy.sparse as sp
 from ... import comms
 from ...cluster import default_client
 from ...partition import BlockGrid, RowBlocks, grid_shape
-from .cpu import _bu_numba as _bu_numba  # re-exported: the local kernels' old home
-from .cpu import _td_numba as _td_numba
 from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
 from .ranks import _bu_xp as _bu_xp
 from .ranks import _td_xp as _td_xp

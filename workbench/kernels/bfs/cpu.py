@@ -1,18 +1,21 @@
 """Worker-local BFS kernels on the CPU (numba): top-down frontier expansion
-and bottom-up parent checks."""
+and bottom-up parent checks.
+
+Their device twins, with the same names and arguments, are in ``cuda.py``.
+Both append the vertices they discover to the queue ``out_rows``/``out_par``
+(vertex, parent) at ``counts[0]``, advance ``counts[0]`` past them and add the
+edges they examined to ``counts[1]``; the caller zeroes ``counts`` per level.
+"""
 
 from __future__ import annotations
 
 import numba
 
-# --------------------------------------------------------------------------
-# Worker-local kernels: numba on the CPU, vectorised xp (numpy/cupy) otherwise
-# --------------------------------------------------------------------------
-
 
 @numba.njit(cache=True, nogil=True)
-def _td_numba(ptr, idx, front, visited, out_rows, out_par):  # pragma: no cover - compiled
-    cnt = 0
+def top_down(ptr, idx, front, visited, out_rows, out_par, counts):  # pragma: no cover - compiled
+    """Every unvisited neighbour ``idx[ptr[f]:ptr[f+1]]`` of a frontier vertex ``f`` is claimed once."""
+    cnt = counts[0]
     ex = 0
     for f in front:
         for k in range(ptr[f], ptr[f + 1]):
@@ -23,12 +26,14 @@ def _td_numba(ptr, idx, front, visited, out_rows, out_par):  # pragma: no cover 
                 out_par[cnt] = f
                 cnt += 1
         ex += ptr[f + 1] - ptr[f]
-    return cnt, ex
+    counts[0] = cnt
+    counts[1] += ex
 
 
 @numba.njit(cache=True, nogil=True)
-def _bu_numba(ptr, idx, fbits, visited, out_rows, out_par):  # pragma: no cover - compiled
-    cnt = 0
+def bottom_up(ptr, idx, fbits, visited, out_rows, out_par, counts):  # pragma: no cover - compiled
+    """Every unvisited row ``r`` scans its neighbours for one in the frontier ``fbits`` and stops at the first."""
+    cnt = counts[0]
     ex = 0
     for r in range(len(ptr) - 1):
         if visited[r]:
@@ -45,4 +50,5 @@ def _bu_numba(ptr, idx, fbits, visited, out_rows, out_par):  # pragma: no cover 
                 cnt += 1
                 break
         ex += k - ptr[r]
-    return cnt, ex
+    counts[0] = cnt
+    counts[1] += ex

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from ... import comms
 from ...backend import namespace, to_host
 from ...partition import BlockGrid, RowBlocks, block_offsets, distribute
-from .cpu import _bu_numba, _td_numba
+from . import cpu
 from .rules import _check_block
 
 # --------------------------------------------------------------------------
@@ -242,13 +242,14 @@ class _Searcher:
         self.fbits = xp.zeros(self.nc, dtype=bool)
         self.out_rows = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
         self.out_par = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
+        self.counts = xp.zeros(2, dtype=np.int64)  # a local step's queue tail and edges examined
         self.piece_sizes = np.diff(L.voffs)
         self.native = xp is np and opts.get("kernels", "native") == "native"
         if self.native:  # compile / load the numba kernels outside the timed searches
             z, seen = np.zeros(2, np.int64), np.ones(1, bool)
             i0 = np.zeros(1, self.out_rows.dtype)
-            _td_numba(z, i0, z[:0], seen, i0, i0)
-            _bu_numba(z, i0, seen, seen, i0, i0)
+            cpu.top_down(z, i0, z[:0], seen, i0, i0, self.counts)
+            cpu.bottom_up(z, i0, seen, seen, i0, i0, self.counts)
 
     # ---- one search ------------------------------------------------------
 
@@ -370,17 +371,22 @@ class _Searcher:
         p = self.p
         front = self._front_ids(pieces)
         if self.native:
-            cnt, ex = _td_numba(p["csc_ptr"], p["csc_idx"], front, self.visited, self.out_rows, self.out_par)
-            return self.out_rows[:cnt], self.out_par[:cnt], ex
+            return self._local(cpu.top_down, p["csc_ptr"], p["csc_idx"], front)
         return _td_xp(p["csc_ptr"], p["csc_idx"], front, self.visited)
 
     def _bottom_up(self, pieces: list) -> tuple[Any, Any, int]:
         p = self.p
         fb = self._front_bits(pieces)
         if self.native:
-            cnt, ex = _bu_numba(p["csr_ptr"], p["csr_idx"], fb, self.visited, self.out_rows, self.out_par)
-            return self.out_rows[:cnt], self.out_par[:cnt], ex
+            return self._local(cpu.bottom_up, p["csr_ptr"], p["csr_idx"], fb)
         return _bu_xp(p["csr_ptr"], p["csr_idx"], fb, self.visited)
+
+    def _local(self, kernel: Any, ptr: Any, idx: Any, front: Any) -> tuple[Any, Any, int]:
+        """One local step into the reused output queue (discovered rows, their parents); edges examined."""
+        self.counts.fill(0)
+        kernel(ptr, idx, front, self.visited, self.out_rows, self.out_par, self.counts)
+        cnt, ex = (int(v) for v in to_host(self.counts))
+        return self.out_rows[:cnt], self.out_par[:cnt], ex
 
     # ---- fold: discovered vertices to their owners along the processor row ---
 
