@@ -28,6 +28,11 @@ places the blocks and launches the group.  The per-rank layout (CSR and CSC of
 the block with compact column ids) is derived once on the workers and cached in
 the container's ``meta``, so repeated searches never move the graph.
 
+The local steps are numba kernels on CPU workers (``cpu.py``) and their
+numba.cuda twins on GPU and simulated-GPU workers (``cuda.py``); on a GPU the
+block, the visited state and the frontier stay in device memory and only the
+per-level counts reach the host.  The SPMD rank bodies are in ``ranks.py``.
+
 Examples
 --------
 >>> import workbench as wb
@@ -52,8 +57,6 @@ from ... import comms
 from ...cluster import default_client
 from ...partition import BlockGrid, RowBlocks, grid_shape
 from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
-from .ranks import _bu_xp as _bu_xp
-from .ranks import _td_xp as _td_xp
 from .rules import _RULES as _RULES
 from .rules import _check_block
 
@@ -78,6 +81,7 @@ class BFSResult:
         Hop distance from ``source``, -1 where unreached.
     source : int
     stats : dict
+        ``backend`` (the path that ran: "cpu", "gpu" or "gpu-sim"),
         ``seconds`` (in-group search time), ``wall_seconds`` (whole call),
         ``teps``, ``edges_traversed`` (undirected edges in the traversed
         component), ``edges_examined``, ``levels``, ``bytes_moved``,
@@ -212,7 +216,7 @@ def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0,
     Returns
     -------
     Graph500Result
-        ``stats`` holds ``generation_seconds``, ``construction_seconds``,
+        ``stats`` holds ``backend``, ``generation_seconds``, ``construction_seconds``,
         ``min/firstquartile/median/thirdquartile/max_TEPS``,
         ``harmonic_mean_TEPS``, ``harmonic_stddev_TEPS``, ``bytes_moved``.
 
@@ -255,7 +259,7 @@ def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0,
     teps = edges / seconds
     valid = np.array([s.get("valid", True) for s in per], dtype=bool)
     stats = harmonic_stats(teps)
-    stats.update(generation_seconds=t_gen, construction_seconds=record.seconds,
+    stats.update(backend=per[0]["backend"], generation_seconds=t_gen, construction_seconds=record.seconds,
                  bytes_moved=int(sum(s["bytes_moved"] for s in per)), n_roots=len(roots),
                  partition=partition, grid=layout.shape, direction=direction,
                  mean_levels=float(np.mean([s["levels"] for s in per])), per_search=per)

@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import comms
-from ...backend import namespace, to_host
+from ...backend import device_kind, device_namespace, launch, namespace, synchronize, to_host
 from ...partition import BlockGrid, RowBlocks, block_offsets, distribute
 from . import cpu
 from .rules import _check_block
@@ -193,8 +193,8 @@ def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -
         "nnz_total": int(comm.allreduce(int(csr.nnz))), "layout": L, "rlo": rlo,
         "row_sub": (L.voffs[i * L.C:(i + 1) * L.C + 1] - rlo).astype(np.int64),
     }
-    if namespace(part) is not np:  # device input: keep the search structures on the device
-        xp = namespace(part)
+    xp = namespace(part) if namespace(part) is not np else device_namespace()
+    if xp is not np:  # a GPU worker: the search structures live on the device from now on
         for k in ("csr_ptr", "csr_idx", "csc_ptr", "csc_idx", "colmap", "deg"):
             if prep[k] is not None:
                 prep[k] = xp.asarray(prep[k])
@@ -217,6 +217,7 @@ def _bfs_rank(comm: Any, rank_arg: tuple, sources: list, opts: dict) -> dict:
             st["valid"] = s.validate(*check, parent, level, src)
         out.append({"parent": np.array(to_host(parent)) if keep else None,
                     "level": np.array(to_host(level)) if keep else None, "stats": st})
+    synchronize(s.parent, s.level)  # device work done before the task returns
     return {"searches": out}
 
 
@@ -231,6 +232,13 @@ class _Searcher:
         self.rowc = comm.split(self.i, self.j) if L.C > 1 else None
         self.colc = comm.split(self.j, self.i) if L.C > 1 else comm
         self.xp = xp = namespace(prep["csr_idx"])
+        # The path is the worker's (fixed when the cluster started); device arrays take it on any worker.
+        self.kind = device_kind() if xp is np else "gpu"
+        self.dev = None
+        if self.kind != "cpu":
+            from . import cuda as dev  # numba.cuda is imported on the device path only
+
+            self.dev = dev
         self.olo, self.ohi = int(L.voffs[comm.rank]), int(L.voffs[comm.rank + 1])
         self.no = self.ohi - self.olo
         self.nr = len(prep["csr_ptr"]) - 1
@@ -238,18 +246,18 @@ class _Searcher:
         self.own0 = self.olo - prep["rlo"]  # owned piece inside the row block
         self.parent = xp.full(self.no, -1, dtype=np.int64)
         self.level = xp.full(self.no, -1, dtype=np.int64)
-        self.visited = xp.zeros(self.nr, dtype=bool)
+        # one byte per row for the numba twins; a 32-bit word on the device, where rows are claimed atomically
+        self.visited = xp.zeros(self.nr, dtype=bool if self.dev is None else np.int32)
         self.fbits = xp.zeros(self.nc, dtype=bool)
         self.out_rows = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
         self.out_par = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
         self.counts = xp.zeros(2, dtype=np.int64)  # a local step's queue tail and edges examined
         self.piece_sizes = np.diff(L.voffs)
-        self.native = xp is np and opts.get("kernels", "native") == "native"
-        if self.native:  # compile / load the numba kernels outside the timed searches
-            z, seen = np.zeros(2, np.int64), np.ones(1, bool)
-            i0 = np.zeros(1, self.out_rows.dtype)
-            cpu.top_down(z, i0, z[:0], seen, i0, i0, self.counts)
-            cpu.bottom_up(z, i0, seen, seen, i0, i0, self.counts)
+        if self.kind != "gpu-sim":  # compile / load the local kernels outside the timed searches
+            z, seen, fb = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype), xp.ones(1, bool)
+            i0 = xp.zeros(1, self.out_rows.dtype)
+            self._local("top_down", z, i0, z[:0], visited=seen)
+            self._local("bottom_up", z, i0, fb, visited=seen)
 
     # ---- one search ------------------------------------------------------
 
@@ -310,7 +318,7 @@ class _Searcher:
             edges_reached += m_f + extra
             depth += 1
         seconds = time.perf_counter() - t_start
-        stats = {"seconds": seconds, "levels": depth, "edges_traversed": int(edges_reached // 2),
+        stats = {"backend": self.kind, "seconds": seconds, "levels": depth, "edges_traversed": int(edges_reached // 2),
                  "edges_examined": int(examined), "bytes_moved": comm.stats["bytes_sent"] - b0,
                  "per_level": per_level}
         return self.parent, self.level, stats
@@ -370,22 +378,26 @@ class _Searcher:
     def _top_down(self, pieces: list) -> tuple[Any, Any, int]:
         p = self.p
         front = self._front_ids(pieces)
-        if self.native:
-            return self._local(cpu.top_down, p["csc_ptr"], p["csc_idx"], front)
-        return _td_xp(p["csc_ptr"], p["csc_idx"], front, self.visited)
+        return self._local("top_down", p["csc_ptr"], p["csc_idx"], front)
 
     def _bottom_up(self, pieces: list) -> tuple[Any, Any, int]:
         p = self.p
         fb = self._front_bits(pieces)
-        if self.native:
-            return self._local(cpu.bottom_up, p["csr_ptr"], p["csr_idx"], fb)
-        return _bu_xp(p["csr_ptr"], p["csr_idx"], fb, self.visited)
+        return self._local("bottom_up", p["csr_ptr"], p["csr_idx"], fb)
 
-    def _local(self, kernel: Any, ptr: Any, idx: Any, front: Any) -> tuple[Any, Any, int]:
-        """One local step into the reused output queue (discovered rows, their parents); edges examined."""
+    def _local(self, name: str, ptr: Any, idx: Any, front: Any, visited: Any = None) -> tuple[Any, Any, int]:
+        """One local step, the cpu or the cuda twin ``name``, into the reused output queue: (discovered rows,
+        their parents, edges examined).  The frontier and the queue stay where they are; only the two counts
+        come to the host."""
+        visited = self.visited if visited is None else visited
+        args = (ptr, idx, front, visited, self.out_rows, self.out_par, self.counts)
         self.counts.fill(0)
-        kernel(ptr, idx, front, self.visited, self.out_rows, self.out_par, self.counts)
-        cnt, ex = (int(v) for v in to_host(self.counts))
+        if self.dev is None:
+            getattr(cpu, name)(*args)
+        else:  # top-down covers LANES threads per frontier vertex, bottom-up a thread per row
+            n = int(front.shape[0]) * self.dev.LANES if name == "top_down" else int(ptr.shape[0]) - 1
+            launch(getattr(self.dev, name), n, *args)
+        cnt, ex = (int(v) for v in to_host(self.counts))  # waits for the kernel on a GPU
         return self.out_rows[:cnt], self.out_par[:cnt], ex
 
     # ---- fold: discovered vertices to their owners along the processor row ---
@@ -446,43 +458,3 @@ def _merge_stats(per_rank: list[dict]) -> dict:
         s["valid"] = bool(all(r["valid"] for r in per_rank))
     s["teps"] = s["edges_traversed"] / s["seconds"] if s["seconds"] > 0 else float("nan")
     return s
-
-
-
-# --------------------------------------------------------------------------
-# Vectorised local kernels (xp: numpy or cupy), the alternative to the numba twins
-# --------------------------------------------------------------------------
-
-
-def _segments(ptr: Any, sel: Any) -> tuple[Any, Any, int]:
-    """Positions of all entries of the rows ``sel`` of a CSR and each entry's segment."""
-    xp = namespace(ptr)
-    starts = ptr[sel]
-    lens = ptr[sel + 1] - starts
-    ends = xp.cumsum(lens)
-    tot = int(ends[-1]) if len(ends) else 0
-    pos = xp.arange(tot, dtype=np.int64)
-    seg = xp.searchsorted(ends, pos, side="right")
-    return pos - (ends - lens)[seg] + starts[seg], seg, tot
-
-
-def _td_xp(ptr: Any, idx: Any, front: Any, visited: Any) -> tuple[Any, Any, int]:
-    xp = namespace(ptr)
-    pos, seg, tot = _segments(ptr, front)
-    rows = idx[pos]
-    keep = ~visited[rows]
-    rows, par = rows[keep], front[seg[keep]]
-    rows, first = xp.unique(rows, return_index=True)
-    visited[rows] = True
-    return rows, par[first], tot
-
-
-def _bu_xp(ptr: Any, idx: Any, fbits: Any, visited: Any) -> tuple[Any, Any, int]:
-    xp = namespace(ptr)
-    todo = xp.flatnonzero(~visited)
-    pos, seg, tot = _segments(ptr, todo)
-    cols = idx[pos]
-    hit = xp.flatnonzero(fbits[cols])
-    rows, first = xp.unique(todo[seg[hit]], return_index=True)
-    visited[rows] = True
-    return rows, cols[hit[first]], tot
