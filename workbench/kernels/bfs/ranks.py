@@ -256,7 +256,7 @@ class _Searcher:
         if self.kind != "gpu-sim":  # compile / load the local kernels outside the timed searches
             z, seen, fb = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype), xp.ones(1, bool)
             i0 = xp.zeros(1, self.out_rows.dtype)
-            self._local("top_down", z, i0, z[:0], visited=seen)
+            self._local("top_down", z, i0, z[:1], visited=seen)  # vertex 0 of a one-row graph, no edges
             self._local("bottom_up", z, i0, fb, visited=seen)
 
     # ---- one search ------------------------------------------------------
@@ -396,7 +396,8 @@ class _Searcher:
             getattr(cpu, name)(*args)
         else:  # top-down covers LANES threads per frontier vertex, bottom-up a thread per row
             n = int(front.shape[0]) * self.dev.LANES if name == "top_down" else int(ptr.shape[0]) - 1
-            launch(getattr(self.dev, name), n, *args)
+            if n:  # nothing to launch over an empty frontier (and no zero-size device arrays to pass)
+                launch(getattr(self.dev, name), n, *args)
         cnt, ex = (int(v) for v in to_host(self.counts))  # waits for the kernel on a GPU
         return self.out_rows[:cnt], self.out_par[:cnt], ex
 
