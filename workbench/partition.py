@@ -370,17 +370,19 @@ def _edge_hash(xp: Any, rows: Any, cols: Any) -> Any:
 
 def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]:
     """Sums (mod 2**64) of the hashes of a CSR block's pairs (i, j) and of the
-    reversed pairs (j, i), global ids, and its entry count (runs on a worker)."""
+    reversed pairs (j, i), global ids, and its entry count (runs on a worker).
+    A stored zero is no edge, as the graph kernels read it."""
     from .backend import namespace
 
     xp = namespace(block.indptr)
-    counts = xp.diff(block.indptr)
-    rows = xp.repeat(xp.arange(row0, row0 + block.shape[0], dtype=xp.int64), counts)
+    rows = xp.searchsorted(block.indptr, xp.arange(block.indptr[-1]), side="right") - 1 + row0
     cols = block.indices.astype(xp.int64) + col0
+    edge = block.data != 0
+    rows, cols = rows[edge].astype(xp.int64), cols[edge]
     with np.errstate(over="ignore"):
         fwd = _edge_hash(xp, rows, cols).sum(dtype=xp.uint64)
         bwd = _edge_hash(xp, cols, rows).sum(dtype=xp.uint64)
-    return int(fwd), int(bwd), int(block.nnz)
+    return int(fwd), int(bwd), int(rows.shape[0])
 
 
 def check_symmetric(G: RowBlocks | BlockGrid, client: Any = None) -> bool:
