@@ -866,8 +866,9 @@ def lost_workers(addresses: Sequence[str], client: Any) -> list[str]:
     """The ``addresses`` that are no longer workers of the cluster (one scheduler round trip)."""
     from .cluster import worker_addresses
 
-    alive = set(worker_addresses(client))
-    return sorted({a for a in addresses if a not in alive})
+    alive = worker_addresses(client)
+    client._workbench_alive = alive  # what recovery compares against after a failure
+    return sorted({a for a in addresses if a not in set(alive)})
 
 
 def _loss(futures: _SPMDFutures, ask: bool = True) -> str | None:
