@@ -206,14 +206,57 @@ class _CommsPlugin:
         pass
 
 
+class _LostPins:
+    """Scheduler plugin: a task pinned (``allow_other_workers=False``) to workers that all left
+    the cluster may run elsewhere, instead of waiting for them forever.
+
+    A plain task is then recomputed on a live worker, as Dask recomputes any lost key; an SPMD
+    rank cannot run without its group and fails at once (:func:`_rank_entry` checks its
+    address), so a wait on a result lost with its worker ends with an error, never a hang.
+    """
+
+    name = "workbench-lost-pins"
+    idempotent = True
+
+    def __init__(self) -> None:
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "no-worker" and self.scheduler is not None:
+            self.scheduler.loop.add_callback(self._release, [key])
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        self.scheduler = scheduler
+        scheduler.loop.add_callback(self._release, [ts.key for ts in list(scheduler.unrunnable)])
+
+    def _release(self, keys: list) -> None:
+        s, recs = self.scheduler, {}
+        for key in keys:
+            ts = s.tasks.get(key)
+            if ts is None or ts.state != "no-worker" or ts.loose_restrictions or not ts.worker_restrictions:
+                continue
+            if not any(w in s.workers for w in ts.worker_restrictions):
+                ts.loose_restrictions = True
+                recs[key] = "processing"
+        if recs:
+            s.transitions(recs, stimulus_id=f"workbench-lost-pins-{time.time()}")
+
+
 def ensure_registered(client: Any) -> None:
     """Install the comms handlers on the client's workers (once per client)."""
     if getattr(client, "_workbench_comms", False):
         return
-    from distributed.diagnostics.plugin import WorkerPlugin
+    from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
     plugin_cls = type("WorkbenchCommsPlugin", (_CommsPlugin, WorkerPlugin), {})
     client.register_plugin(plugin_cls(), name=_PLUGIN_NAME)
+    try:
+        client.register_plugin(type("WorkbenchLostPins", (_LostPins, SchedulerPlugin), {})(), name=_LostPins.name)
+    except Exception:  # a scheduler without workbench: pinned results of a lost worker wait for it
+        pass
     infos: dict = {}
 
     def on_info(event: tuple) -> None:
@@ -733,7 +776,9 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
     worker = get_worker()
     _install_handlers(worker)
     if worker.address != addresses[rank]:
-        raise CommsError(f"rank {rank} ran on {worker.address}, expected {addresses[rank]}")
+        raise WorkerLostError(f"rank {rank} of SPMD group {group} ran on {worker.address}, not on "
+                              f"{addresses[rank]}: its worker was lost, and a rank cannot rerun without "
+                              f"its group (rerun the call that launched it)")
     # Leave the worker's thread pool: the rank blocks on peers for its whole life.
     secede()
     comm = Comm(group, rank, addresses, timeout)
