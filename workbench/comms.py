@@ -49,6 +49,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError
 from typing import Any
 
 import numpy as np
@@ -958,6 +959,11 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
                 if pending:
                     _abort_group(futures, "a peer rank raised")
                 break
+            if any(f.status == "cancelled" for f in futures):  # Dask dropped a rank whose input was lost
+                why = _loss(futures)
+                _fail_group(futures, why or "a rank was cancelled")
+                raise (WorkerLostError if why else CommsError)(f"SPMD group {futures.group}: "
+                                                               f"{why or 'a rank was cancelled'}")
             if pending:
                 ask = time.monotonic() - last_check >= poll
                 why = _loss(futures, ask)
@@ -1002,6 +1008,8 @@ def _still_pending(futures: list, timeout: float, return_when: str) -> list:
 
     try:
         return list(wait(futures, timeout=timeout, return_when=return_when).not_done)
+    except CancelledError:  # a future was cancelled (its input was lost with a worker): the caller looks why
+        return [f for f in futures if not f.done()]
     except TimeoutError as e:
         # the timeout's traceback holds distributed's frames, which hold the futures:
         # cut it, or the results stay pinned on the workers until a gc cycle

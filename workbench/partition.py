@@ -188,6 +188,9 @@ class BlockGrid:
         C = self.grid[1]
         self.blocks[i // C][i % C] = future
         self.workers[i] = worker
+
+    @property
+    def grid(self) -> tuple[int, int]:
         return len(self.blocks), len(self.blocks[0])
 
     @property
@@ -625,7 +628,9 @@ def resilient(fn: Callable) -> Callable:
                     _replace_workers(bound, set(alive))
                     cached = set(alive)
                     continue
-                stats = getattr(out, "stats", None)
+                # the result's stats: ``out.stats``, or the dict of a ``(result, stats)`` pair
+                stats = out[-1] if isinstance(out, tuple) and out and isinstance(out[-1], dict) else \
+                    getattr(out, "stats", None)
                 if isinstance(stats, dict):
                     stats["retries"] = len(history)
                 return out
