@@ -192,6 +192,33 @@ def _install_handlers(worker: Any) -> None:
     worker.handlers.setdefault("wb_comms_deliver", deliver)
     worker.handlers.setdefault("wb_comms_abort", _abort)
     worker.handlers.setdefault("wb_comms_pulled", _pulled)
+    _quiet_input_errors()
+
+
+#: Keys of ranks that failed on their input (a ValueError/TypeError, e.g. a singular system found
+#: on the worker) or gave up because a peer failed: the client raises that one error, so the worker
+#: does not also log the rank as a failed task with its traceback.
+_QUIET_KEYS: set[str] = set()
+
+
+class _QuietRankErrors:
+    """Logging filter on ``distributed.worker`` that drops "Compute Failed" for :data:`_QUIET_KEYS`."""
+
+    def filter(self, record: Any) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if args and isinstance(record.msg, str) and record.msg.startswith("Compute Failed") \
+                and str(args[0]) in _QUIET_KEYS:
+            _QUIET_KEYS.discard(str(args[0]))
+            return False
+        return True
+
+
+def _quiet_input_errors() -> None:
+    import logging
+
+    log = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _QuietRankErrors) for f in log.filters):
+        log.addFilter(_QuietRankErrors())
 
 
 class _CommsPlugin:
@@ -795,9 +822,12 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
             return out[0]
         return out
     except PeerFailedError:
+        _QUIET_KEYS.add(f"spmd-{group}-{rank}")  # the peer's own error is the one that counts
         raise
     except BaseException as e:
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
+        if isinstance(e, ValueError | TypeError):  # bad input found on the worker: the client reports it
+            _QUIET_KEYS.add(f"spmd-{group}-{rank}")
         raise
     finally:
         _POST.close(group, rank)
