@@ -175,3 +175,36 @@ def test_bad_inputs(clients):
         wb.color(wb.distribute(A, client=client, partition="2d"), client=client)
     assert wb.validate_coloring(asym, wb.color(asym, distance="partial2", client=client).colors,
                                 distance="partial2")
+
+
+@pytest.mark.parametrize("method", ["igraph", "igraph-dsatur", "nx-largest_first"])
+def test_peer_sequential_greedy_is_valid(method):
+    from workbench.peers.coloring import sequential_greedy, to_igraph
+
+    A = wb.data.rmat(8, seed=3)
+    c = sequential_greedy(A, method)
+    assert c.dtype == np.int64 and c.shape == (A.shape[0],)
+    assert _oracle_conflicts(A, c, 1) == 0
+    if method == "igraph":  # a prebuilt igraph Graph gives the same coloring
+        np.testing.assert_array_equal(sequential_greedy(to_igraph(A), method), c)
+    with pytest.raises(ValueError, match="method"):
+        sequential_greedy(A, "greedy")
+
+
+def test_kernel_package_does_not_import_its_peers():
+    """The kernel sits below the bench layer: no module of it imports peers or bench."""
+    import ast
+    import pathlib
+
+    import workbench.kernels.coloring as pkg
+
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):  # "from ... import bench" names the module in the alias
+                names = [f"{node.module or ''}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                assert not {"peers", "bench"} & set(name.split(".")), (path.name, name)

@@ -45,7 +45,7 @@ from ...backend import to_host
 from ...cluster import default_client
 from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, owner_of
 
-__all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash", "sequential_greedy", "to_igraph"]
+__all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash"]
 
 _DISTANCES = (1, 2, "partial2")
 _TIE_BREAKS = ("degree", "random")
@@ -236,36 +236,6 @@ def priority_hash(gid: Any) -> Any:
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     x = x ^ (x >> np.uint64(31))
     return (x >> np.uint64(1)).astype(np.int64)
-
-
-def to_igraph(A: Any) -> Any:
-    """An undirected igraph Graph with the pattern of symmetric ``A`` (for the peer runs)."""
-    import igraph as ig
-
-    coo = sp.triu(sp.csr_matrix(A), k=1).tocoo()
-    return ig.Graph(n=A.shape[0], edges=np.column_stack([coo.row, coo.col]))
-
-
-def sequential_greedy(A: Any, method: str = "igraph") -> np.ndarray:
-    """Single-node greedy coloring by a peer library, the reference for color counts.
-
-    ``method``: ``"igraph"`` (``vertex_coloring_greedy``, COLORED_NEIGHBORS),
-    ``"igraph-dsatur"``, or ``"nx-<strategy>"`` (networkx ``greedy_color``,
-    e.g. ``"nx-largest_first"``, ``"nx-smallest_last"``).  ``A`` may also be a
-    prebuilt igraph Graph.
-    """
-    if method.startswith("igraph"):
-        g = A if not sp.issparse(A) else to_igraph(A)
-        how = "DSATUR" if method == "igraph-dsatur" else "COLORED_NEIGHBORS"
-        return np.asarray(g.vertex_coloring_greedy(method=how), dtype=np.int64)
-    if method.startswith("nx-"):
-        import networkx as nx
-
-        d = nx.greedy_color(nx.from_scipy_sparse_array(sp.csr_matrix(A)), strategy=method[3:])
-        out = np.zeros(A.shape[0], dtype=np.int64)
-        out[list(d)] = list(d.values())
-        return out
-    raise ValueError(f"method must be 'igraph', 'igraph-dsatur' or 'nx-<strategy>', got {method!r}")
 
 
 # --------------------------------------------------------------------------
