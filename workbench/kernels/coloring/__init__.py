@@ -64,9 +64,11 @@ class ColoringResult:
     distance : int or str
         ``1``, ``2`` or ``"partial2"``.
     stats : dict
+        ``backend`` (the workers' path: "cpu", "gpu" or "gpu-sim"),
         ``seconds``, ``edges_per_second``, ``bytes_moved``, ``rounds``
         (color exchanges), ``conflicts`` (global losers found after each
-        exchange but the last), ``recolored``,
+        exchange but the last), ``recolored``, ``speculative_passes``
+        (device paths: local first-fit passes, summed over ranks),
         ``n_workers``, ``workers`` and ``vertices_per_worker`` (who colored
         what), ``tie_break``, ``setup_seconds``/``color_seconds`` (slowest rank).
     """
@@ -143,12 +145,14 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
     seconds = time.perf_counter() - t0
     nnz = int(G.nnz) if G.nnz is not None else sum(r[1]["nnz"] for r in res)
     stats = {
+        "backend": info["backend"],
         "seconds": seconds,
         "edges_per_second": nnz / seconds if seconds > 0 else float("nan"),
         "bytes_moved": int(sum(r[1]["bytes_sent"] for r in res)),
         "rounds": info["rounds"],
         "conflicts": info["conflicts"],
         "recolored": int(sum(info["conflicts"])),
+        "speculative_passes": int(sum(r[1]["speculative_passes"] for r in res)),
         "n_workers": P,
         "workers": [r[1]["worker"] for r in res],
         "vertices_per_worker": [len(r[0]) for r in res],

@@ -1,4 +1,4 @@
-"""Worker-local kernels of the coloring rank body (numba; a device path would mirror these signatures).
+"""Worker-local kernels of the coloring rank body (numba; the numba.cuda twins in cuda.py take the same arguments).
 
 Vertex space of a rank: owned vertices 0..n_loc-1, then its ghosts.  A
 vertex u reaches its constraint set through "mids" ix1[ip1[u]:ip1[u+1]]:
@@ -75,8 +75,8 @@ def _find_losers(cand, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colo
 
 
 @numba.njit(cache=True)
-def _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices):  # pragma: no cover - numba
-    out = np.zeros(n_loc, dtype=np.bool_)
+def _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, out):  # pragma: no cover - numba
+    # out[u] (zeroed by the caller): u's constraint set reaches a ghost
     for u in range(n_loc):
         for p in range(ip1[u], ip1[u + 1]):
             m = ix1[p]
@@ -90,4 +90,3 @@ def _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices):  # pragma:
                         break
                 if out[u]:
                     break
-    return out

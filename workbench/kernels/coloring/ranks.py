@@ -5,7 +5,11 @@ layers fetched from their owners), subscribes to the ghosts' colors, then
 runs the speculative rounds: first-fit on the degree class that enters plus
 the previous round's losers, one all-to-all of the changed colors, and the
 conflict check on the boundary vertices that changed.  The local loops are
-the numba kernels of :mod:`.cpu`.
+the numba kernels of :mod:`.cpu` on CPU workers and their numba.cuda twins of
+:mod:`.cuda` on "gpu"/"gpu-sim" workers, where the first fit is speculative
+(:func:`_speculative_first_fit`).  The setup (sparse gathers, ghost layers)
+runs on the host once per call; its arrays then move to the device, where
+the rounds keep the colors.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ...backend import to_host
+from ... import backend
+from ...backend import namespace, to_host
 from ...partition import block_offsets, owner_of
 from .cpu import _find_losers, _first_fit, _has_remote
 
@@ -34,7 +39,7 @@ def priority_hash(gid: Any) -> Any:
 def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.ndarray, n_rows: int, n_cols: int,
                 kind: int | str, use_degree: bool, check_sym: bool, max_rounds: int) -> tuple:
     t0 = time.perf_counter()
-    # Local kernels run on the host (numba); a device block is brought over once.
+    # The setup is sparse host work (scipy); a device block is brought over once.
     A = sp.csr_matrix(to_host(block))
     A.indices = A.indices.astype(np.int64, copy=False)
     A.indptr = A.indptr.astype(np.int64, copy=False)
@@ -63,10 +68,6 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     order = np.lexsort((gid[:n_loc], -deg[:n_loc])).astype(np.int64)
     pos = np.empty(n_loc, dtype=np.int64)
     pos[order] = np.arange(n_loc)
-    boundary = np.flatnonzero(_has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices)).astype(np.int64)
-    t_setup = time.perf_counter() - t0
-
-    colors = np.full(n_v, -1, dtype=np.int64)
     # Degree classes, largest first: one class enters per round, so hubs are
     # colored (and their conflicts settled) before the many low-degree vertices
     # -- close to sequential largest-first quality.  A vertex colored in round k
@@ -76,15 +77,40 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     n_cls = int(comm.allreduce(int(cls.max()) + 1 if n_loc else 0, op="max"))
     present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
     batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
-    on_boundary = np.zeros(n_loc, dtype=bool)
+
+    device = _device_kind()
+    dev = launch = None
+    if device != "cpu":
+        # device workers: the setup's arrays move over once; rounds run numba.cuda twins of the cpu kernels
+        from ...backend import launch, to_device
+        from . import cuda as dev
+
+        ip1, ix1, ip2, ix2, deg, hsh, gid, pos = (to_device(a) for a in (ip1, ix1, ip2, ix2, deg, hsh, gid, pos))
+        batches = [to_device(b) for b in batches]
+        send_idx = {q: to_device(i) for q, i in send_idx.items()}
+    xp = namespace(ip1)
+    remote = xp.zeros(n_loc, dtype=bool)
+    if dev is None:
+        _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
+    else:
+        launch(dev._has_remote, n_loc, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
+    boundary = xp.flatnonzero(remote).astype(xp.int64)
+    t_setup = time.perf_counter() - t0
+
+    colors = xp.full(n_v, -1, dtype=xp.int64)
+    on_boundary = xp.zeros(n_loc, dtype=bool)
     on_boundary[boundary] = True
-    loser = np.zeros(n_loc, dtype=bool)
-    redo = np.zeros(0, dtype=np.int64)
+    loser = xp.zeros(n_loc, dtype=bool)
+    redo = xp.zeros(0, dtype=xp.int64)
     conflicts: list[int] = []
-    k = 0
+    k = passes = 0
     while True:
-        todo = np.concatenate([redo, batches[k]]) if k < len(batches) else redo
-        _first_fit(todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
+        todo = xp.concatenate([redo, batches[k]]) if k < len(batches) else redo
+        if dev is None:
+            _first_fit(todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
+        else:
+            passes += _speculative_first_fit(dev, launch, todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
+                                             deg, hsh, gid, use_degree, loser)
         n_changed = _exchange_colors(comm, colors, todo, send_idx, recv_rng, n_loc, len(redo))
         if k > 0:
             conflicts.append(n_changed[1])
@@ -95,19 +121,53 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
             raise RuntimeError(f"coloring did not converge in max_rounds={max_rounds} rounds "
                                f"(conflicts per round: {conflicts[-5:]})")
         cand = todo[on_boundary[todo]]
-        _find_losers(cand, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid,
-                     use_degree, loser)
+        if dev is None:
+            _find_losers(cand, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid,
+                         use_degree, loser)
+        else:
+            launch(dev._find_losers, cand.shape[0], cand, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices,
+                   colors, deg, hsh, gid, use_degree, loser)
         lost = cand[loser[cand]]
         loser[cand] = False
         colors[lost] = -1
-        redo = lost[np.argsort(pos[lost])].astype(np.int64)
+        redo = lost[xp.argsort(pos[lost])].astype(xp.int64)
+    out = to_host(colors[:n_loc]).copy()      # the answer comes home once (from the device, a synchronizing copy)
     t_total = time.perf_counter() - t0
     from distributed import get_worker
 
     info = {"worker": get_worker().address, "rounds": k, "conflicts": conflicts,
-            "bytes_sent": int(comm.stats["bytes_sent"]),
+            "bytes_sent": int(comm.stats["bytes_sent"]), "backend": device, "speculative_passes": passes,
             "nnz": int(A.nnz), "setup_seconds": t_setup, "color_seconds": t_total - t_setup}
-    return colors[:n_loc].copy(), info
+    return out, info
+
+
+def _device_kind() -> str:
+    """This worker's back end, ``backend.device_kind()`` (DEVICE.md); "cpu" where the backend does not name one."""
+    fn = getattr(backend, "device_kind", None)
+    return "cpu" if fn is None else str(fn())
+
+
+def _speculative_first_fit(dev: Any, launch: Any, todo: Any, ip1: Any, ix1: Any, ip2: Any, ix2: Any, depth: int,
+                           mids_are_vertices: bool, colors: Any, deg: Any, hsh: Any, gid: Any, use_degree: bool,
+                           lost: Any) -> int:
+    """Device first fit of ``todo``: every vertex picks its color at once
+    (tentative), those that share it with a higher-priority vertex of the
+    batch in their constraint set give it back and try again; the others
+    keep it.  Ends with ``todo`` colored without conflicts among this rank's
+    vertices, as the CPU's sequential first fit does.  Returns the passes made.
+    """
+    xp = namespace(colors)
+    left, passes = todo, 0
+    while left.shape[0]:
+        launch(dev._first_fit, left.shape[0], left, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
+        launch(dev._tentative_losers, left.shape[0], left, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
+               deg, hsh, gid, use_degree, lost)
+        again = lost[left]
+        colors[left] = xp.where(again, -1, -2 - colors[left])     # tentative -2 - c becomes c
+        lost[left] = False
+        left = left[again]
+        passes += 1
+    return passes
 
 
 def _degree_class(deg: np.ndarray) -> np.ndarray:
@@ -120,7 +180,8 @@ def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_id
     """Send the changed colors each subscriber needs and apply what arrived, in one
     all-to-all that also carries every rank's counts, so the round needs no
     separate allreduce.  Returns the global (changed, lost) counts."""
-    mark = np.zeros(n_loc, dtype=bool)
+    xp = namespace(colors)
+    mark = xp.zeros(n_loc, dtype=bool)
     mark[changed] = True
     parts = []
     for q in range(comm.size):
@@ -128,12 +189,12 @@ def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_id
         if idx is None:
             parts.append((len(changed), n_lost))
             continue
-        p = np.flatnonzero(mark[idx]).astype(np.int32)
-        parts.append((len(changed), n_lost, p, colors[idx[p]].astype(np.int32)))
+        p = xp.flatnonzero(mark[idx]).astype(xp.int32)
+        parts.append((len(changed), n_lost, p, colors[idx[p]].astype(xp.int32)))
     got = comm.alltoall(parts)
     for q, msg in enumerate(got):
         if q in recv_rng and len(msg) > 2:
-            colors[n_loc + recv_rng[q][0] + msg[2].astype(np.int64)] = msg[3]
+            colors[n_loc + recv_rng[q][0] + msg[2].astype(xp.int64)] = msg[3]
     return sum(int(m[0]) for m in got), sum(int(m[1]) for m in got)
 
 
