@@ -85,7 +85,8 @@ class KNNGraph:
     distances : ndarray (n, k) float64
         Their distances (Euclidean, or cosine distance ``1 - cos``), ascending.
     stats : dict
-        ``seconds``, ``points_per_second``, phase times, ``distance_evaluations``,
+        ``backend`` ("cpu", "gpu" or "gpu-sim": the path that ran), ``seconds``,
+        ``points_per_second``, phase times, ``distance_evaluations``,
         ``bytes_moved``, and ``recall`` when a reference was given.
     """
 
@@ -129,7 +130,8 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     **params
         Exact mode: ``margin`` (extra candidates kept per point, default
         ``max(8, k // 2)``), ``tile_rows`` (also the pruning block size),
-        ``tile_cols``, ``engine`` ("auto" | "numba" | "xp"), ``prune``
+        ``tile_cols``, ``engine`` ("auto" | "numba" | "xp": the local kernel -- numba on CPU workers, its
+        numba.cuda twin on device workers -- or array-namespace code; "auto" picks the kernel), ``prune``
         (skip block pairs that provably hold no candidate, True).  Approximate mode: ``n_cells`` (global
         k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (most cells searched per point, its own
         included, 16), ``local_join`` (NN-descent joins for the points whose probe cap may have cut
@@ -377,7 +379,9 @@ def _merge_stats(infos: list[dict], seconds: float, n: int, P: int) -> dict:
                              "n_workers": P}
     for key in infos[0]:
         vals = [i[key] for i in infos]
-        if (key.endswith("_s") and key != "cpu_s") or key == "merge_levels":
+        if key == "backend":
+            stats[key] = vals[0]            # the path the workers ran: "cpu", "gpu" or "gpu-sim"
+        elif (key.endswith("_s") and key != "cpu_s") or key == "merge_levels":
             stats[key] = max(vals)          # phases end at a collective: the slowest rank is the wall time
         elif isinstance(vals[0], int | float | np.integer | np.floating):
             stats[key] = sum(vals)

@@ -1,4 +1,4 @@
-"""Worker-local kernels of the kNN rank bodies (numba; a device path would mirror these signatures).
+"""Worker-local kernels of the kNN rank bodies (numba; the numba.cuda twins in cuda.py take the same arguments).
 
 Exact mode: the fused tile scan into running candidate lists and the exact
 float64 fill of the survivors.  Approximate mode: the probe bounds, the
@@ -165,17 +165,15 @@ def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
-def _pair_sqdist(X, Y, qi, yi):
-    # exact float64 squared distances of the pairs (qi, yi); fastmath only
-    # reorders the sum (vectorised), an error of a few ulps
-    out = np.empty(qi.shape[0], dtype=np.float64)
+def _pair_sqdist(X, Y, qi, yi, out):
+    # exact float64 squared distances of the pairs (qi, yi) into out; fastmath
+    # only reorders the sum (vectorised), an error of a few ulps
     for t in range(qi.shape[0]):
         s = 0.0
         for u in range(X.shape[1]):
             z = np.float64(X[qi[t], u]) - np.float64(Y[yi[t], u])
             s += z * z
         out[t] = s
-    return out
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)

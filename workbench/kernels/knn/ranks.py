@@ -5,7 +5,10 @@ scanned into running candidate lists, cell-ordered block pruning, the float32
 certificate and its float64 fallback); :func:`_approx_rank` runs SOLANET
 (distributed k-means cells, the per-cell local build, NN-descent joins, the
 merge tree and the refinement).  The hot loops are the numba kernels of
-:mod:`.cpu`.
+:mod:`.cpu`; on "gpu"/"gpu-sim" workers the exact mode's tile scans and exact
+fills launch their numba.cuda twins of :mod:`.cuda` instead, on the blocks
+where they live (device memory on a GPU).  The approximate mode still runs
+its local kernels on the host, on every kind of worker.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import empty, namespace, to_host
+from ... import backend
+from ...backend import empty, namespace, synchronize, to_host
 from .cpu import _fill_exact_kernel, _local_join, _merge_candidates, _pair_sqdist, _scan_kernel, _scan_rows, _top_bounds
 
 
@@ -42,6 +46,12 @@ def _centred(X: Any, mean: Any, dtype: Any) -> tuple[Any, Any]:
     return Xc, (Xc * Xc).sum(axis=1)
 
 
+def _device_kind() -> str:
+    """This worker's back end, ``backend.device_kind()`` (DEVICE.md); "cpu" where the backend does not name one."""
+    fn = getattr(backend, "device_kind", None)
+    return "cpu" if fn is None else str(fn())
+
+
 def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, seed: int) -> tuple:
     block, offsets = arg
     off = int(offsets[comm.rank])
@@ -50,8 +60,11 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
     X, mean = _prepare(comm, block, metric)
     nl, d = X.shape
     m = min(n - 1, k + (opts["margin"] if opts["margin"] is not None else max(8, k // 2)))
-    use_numba = opts["engine"] == "numba" or (opts["engine"] == "auto" and xp is np)
-    scan = _scan_tile_numba if use_numba else _scan_tile_xp
+    device = _device_kind()
+    if opts["engine"] == "xp" or (opts["engine"] == "auto" and device == "cpu" and xp is not np):
+        scan = _scan_tile_xp
+    else:                                   # the local kernel: numba on CPU workers, its numba.cuda twin on devices
+        scan = _scan_tile_numba if device == "cpu" else _scan_tile_cuda
     gids = xp.arange(off, off + nl, dtype=xp.int64)
     counters = {"distance_evaluations": 0, "exact_rechecks": 0}
 
@@ -109,7 +122,9 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
         fallback_left = int((~ok2).sum())
         counters["distance_evaluations"] += c2
     dist = xp.sqrt(d2) if metric == "euclidean" else d2 / 2.0
-    info = {"scan_s": t_scan, "cpu_s": time.thread_time() - c0, "fallback_s": time.perf_counter() - t1,
+    synchronize(idx, dist)
+    info = {"backend": device, "scan_s": t_scan, "cpu_s": time.thread_time() - c0,
+            "fallback_s": time.perf_counter() - t1,
             "uncertified_float32": int(bad.shape[0]),
             "uncertified_float64": fallback_left, "bytes_moved": int(comm.stats["bytes_sent"]), **counters}
     return idx, dist, info
@@ -377,7 +392,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     t_refine = time.perf_counter() - t3
 
     dist = np.sqrt(d2) if metric == "euclidean" else d2 / 2.0
-    info = {"kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
+    info = {"backend": _device_kind(), "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
             "merge_tree_s": t_merge, "refinement_s": t_refine,
             "merge_levels": level, "bytes_moved": int(comm.stats["bytes_sent"]), **counters}
     return ind, dist, info
@@ -422,12 +437,32 @@ def _scan_tile_numba(G, qn, yn, qg, yg, Qo, Yo, rows, cols) -> None:
         _scan_kernel(G, qn, yn, qg, yg, Qo, Yo, rows[0], rows[1], rows[2], cols[0], cols[1], cols[2], True)
 
 
+def _scan_tile_cuda(G, qn, yn, qg, yg, Qo, Yo, rows, cols) -> None:
+    """The tile scan's numba.cuda twin: one thread per row of the tile, and per column when ``cols``."""
+    from ...backend import launch
+    from . import cuda as dev
+
+    do_cols = cols is not None
+    if not do_cols:     # empty stand-ins: the row lists passed twice would be two copies under the simulator
+        xp = namespace(rows[0])
+        m = rows[0].shape[1]
+        cols = (xp.empty((0, m)), xp.empty((0, m), dtype=xp.int64), xp.empty((0, m)))
+    n = G.shape[0] + (G.shape[1] if do_cols else 0)
+    launch(dev._scan_kernel, n, G, qn, yn, qg, yg, Qo, Yo, *rows, *cols, do_cols)
+
+
 def _fill_exact(lists: tuple, Qo: Any, Yo: Any, ylo: int) -> None:
     """Exact float64 squared distances for the kept candidates that still lack
     one (NaN) and whose ids are rows ``ylo, ylo+1, ...`` of ``Yo``: computed
     once per survivor instead of once per insertion."""
     xp = namespace(lists[0])
     _, ri, rd = lists
+    if _device_kind() != "cpu":
+        from ...backend import launch
+        from . import cuda as dev
+
+        launch(dev._fill_exact_kernel, ri.size, ri, rd, Qo, Yo, ylo)
+        return
     if xp is np:
         _fill_exact_kernel(ri, rd, Qo, Yo, ylo)
         return
@@ -629,7 +664,8 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: np.ndarray, d2: np.nda
         counters["distance_evaluations"] += int(G.size)
     qr, t = np.nonzero(ids >= 0)
     yr = ids[qr, t]
-    dd = _pair_sqdist(X, Yo, qr, yr)
+    dd = np.empty(qr.shape[0])
+    _pair_sqdist(X, Yo, qr, yr, dd)
     _merge_candidates(ind, d2, qr, ygids[yr], dd)
     return qr, yr, dd
 
