@@ -222,10 +222,11 @@ def test_kernel_package_does_not_import_its_peers():
 
 
 def _in_simulator(check: str, timeout: int = 600) -> None:
-    """Run this module's function ``check`` in a fresh process with NUMBA_ENABLE_CUDASIM=1
-    (the simulator is chosen when numba.cuda is first imported, once per process)."""
+    """Run this module's function ``check`` in a fresh process that is a simulated-device
+    worker (NUMBA_ENABLE_CUDASIM=1: the simulator is chosen when numba.cuda is first
+    imported, once per process)."""
     root = str(pathlib.Path(__file__).resolve().parents[1])
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "WORKBENCH_BACKEND": "gpu-sim",
            "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     code = f"import runpy; runpy.run_path({str(pathlib.Path(__file__).resolve())!r})[{check!r}]()"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
@@ -265,12 +266,10 @@ def _check_twins_in_simulator() -> None:
     from numba import config
 
     assert config.ENABLE_CUDASIM, "not in the simulator"
+    from workbench.backend import launch
     from workbench.kernels.coloring import cpu
     from workbench.kernels.coloring import cuda as dev
     from workbench.kernels.coloring.ranks import _speculative_first_fit, priority_hash
-
-    def launch(kernel, n, *args):
-        kernel[2, 32](*args)
 
     rng = np.random.default_rng(7)
     n_loc = 40
@@ -316,7 +315,7 @@ def _check_twins_in_simulator() -> None:
         # the whole device first fit: the batch ends colored, free of conflicts with its constraint sets
         colors = fixed.copy()
         lost[:] = False
-        passes = _speculative_first_fit(dev, launch, todo, *space, colors, deg, hsh, gid, True, lost)
+        passes = _speculative_first_fit(dev, todo, *space, colors, deg, hsh, gid, True, lost)
         assert passes >= 1 and not lost.any()
         max_passes = max(max_passes, passes)
         for u in todo.tolist():
@@ -338,38 +337,19 @@ def test_device_twins_match_cpu_twins_in_simulator():
     _in_simulator("_check_twins_in_simulator")
 
 
-def _check_cluster_in_simulator() -> None:
-    """wb.color on workers whose device path runs under the simulator, checked
-    against the same oracle as the CPU tests."""
-    import workbench.backend as be
-
-    def stand_in() -> None:
-        # The lead's gpu-sim layer (DEVICE.md): device_kind/launch/to_device.  Until it is on
-        # this branch, each worker of a plain cluster gets the same interface here.
-        import workbench.backend as wbe
-
-        if not hasattr(wbe, "device_kind"):
-            wbe.device_kind = lambda: "gpu-sim"
-            wbe.launch = lambda kernel, n, *args, block=256: kernel[2, 32](*args)
-            wbe.to_device = lambda x: x
-
-    sim = hasattr(be, "device_kind")
-    for n_workers in (1, 2):
-        with wb.cluster("gpu-sim" if sim else "cpu", n_workers=n_workers, threads_per_worker=1, quiet=True) as client:
-            assert all(client.run(lambda: __import__("numba").config.ENABLE_CUDASIM).values())
-            client.run(stand_in)
-            cases = [(wb.data.rmat(6, seed=2), 1), (_powerlaw(90, seed=4), 2), (_disconnected(), 1)]
-            for A, distance in cases:
-                r = wb.color(A, distance=distance, client=client)
-                assert r.stats["backend"] == "gpu-sim" and r.stats["speculative_passes"] > 0
-                assert r.colors.dtype == np.int64 and r.colors.min() >= 0
-                assert _oracle_conflicts(A, r.colors, distance) == 0
-                assert wb.validate_coloring(A, r.colors, distance=distance)
-            M = sp.random(50, 40, density=0.08, format="csr", random_state=7)
-            r = wb.color(M, distance="partial2", client=client)
-            assert _oracle_conflicts(M, r.colors, "partial2") == 0 and r.stats["backend"] == "gpu-sim"
-    print("simulator checks passed")
-
-
-def test_color_on_simulated_device_workers():
-    _in_simulator("_check_cluster_in_simulator")
+@pytest.mark.parametrize("n_workers", [1, 2])
+@pytest.mark.parametrize("case", ["rmat-d1", "powerlaw-d2", "disconnected-d1", "partial2"])
+def test_color_on_simulated_device_workers(clients, n_workers, case):
+    client = clients(n_workers, backend="gpu-sim")
+    make, distance = {"rmat-d1": (lambda: wb.data.rmat(6, seed=2), 1),
+                      "powerlaw-d2": (lambda: _powerlaw(90, seed=4), 2),
+                      "disconnected-d1": (_disconnected, 1),
+                      "partial2": (lambda: sp.random(50, 40, density=0.08, format="csr", random_state=7),
+                                   "partial2")}[case]
+    A = make()
+    r = wb.color(A, distance=distance, client=client)
+    assert r.stats["backend"] == "gpu-sim" and r.stats["speculative_passes"] > 0
+    assert r.colors.dtype == np.int64 and r.colors.shape == (A.shape[1],) and r.colors.min() >= 0
+    assert _oracle_conflicts(A, r.colors, distance) == 0
+    assert wb.validate_coloring(A, r.colors, distance=distance)
+    assert r.stats["conflicts"][-1] == 0 and r.n_colors == len(np.unique(r.colors))

@@ -215,10 +215,11 @@ def test_exact_pruning_matches_full_scan(clients, n_workers):
 
 
 def _in_simulator(check: str, timeout: int = 600) -> None:
-    """Run this module's function ``check`` in a fresh process with NUMBA_ENABLE_CUDASIM=1
-    (the simulator is chosen when numba.cuda is first imported, once per process)."""
+    """Run this module's function ``check`` in a fresh process that is a simulated-device
+    worker (NUMBA_ENABLE_CUDASIM=1: the simulator is chosen when numba.cuda is first
+    imported, once per process)."""
     root = str(pathlib.Path(__file__).resolve().parents[1])
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "WORKBENCH_BACKEND": "gpu-sim",
            "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     code = f"import runpy; runpy.run_path({str(pathlib.Path(__file__).resolve())!r})[{check!r}]()"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
@@ -230,12 +231,10 @@ def _check_twins_in_simulator() -> None:
     from numba import config
 
     assert config.ENABLE_CUDASIM, "not in the simulator"
+    from workbench.backend import launch
     from workbench.kernels.knn import cpu
     from workbench.kernels.knn import cuda as dev
     from workbench.kernels.knn.ranks import _new_lists
-
-    def launch(kernel, n, *args):
-        kernel[2, 32](*args)
 
     rng = np.random.default_rng(3)
     same = np.testing.assert_array_equal
@@ -312,41 +311,18 @@ def test_device_twins_match_cpu_twins_in_simulator():
     _in_simulator("_check_twins_in_simulator")
 
 
-def _check_cluster_in_simulator() -> None:
-    """knn_graph on workers whose device path runs under the simulator: the oracle's
-    distances, and the CPU path's answer."""
-    import workbench.backend as be
-
-    def stand_in() -> None:
-        # The lead's gpu-sim layer (DEVICE.md): device_kind/launch/to_device.  Until it is on
-        # this branch, each worker of a plain cluster gets the same interface here.
-        import workbench.backend as wbe
-
-        if not hasattr(wbe, "device_kind"):
-            wbe.device_kind = lambda: "gpu-sim"
-            wbe.launch = lambda kernel, n, *args, block=256: kernel[2, 32](*args)
-            wbe.to_device = lambda x: x
-
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_knn_on_simulated_device_workers(clients, n_workers):
+    # exact mode with and without pruning: the oracle's distances and the CPU path's answer
     X = gaussian_mixture(90, 4, 4, seed=5)
     X[40:43] = X[2]                                             # ties at distance 0
-    runs = [dict(tile_rows=24, tile_cols=40), dict(tile_rows=24, tile_cols=40, prune=False)]
-    sim = hasattr(be, "device_kind")
-    with wb.cluster("cpu", n_workers=1, threads_per_worker=1, quiet=True) as client:   # exact: any worker count
-        ref = [wb.knn_graph(X, 4, exact=True, client=client, **kw) for kw in runs]
-    for n_workers in (1, 2):
-        with wb.cluster("gpu-sim" if sim else "cpu", n_workers=n_workers, threads_per_worker=1, quiet=True) as client:
-            assert all(client.run(lambda: __import__("numba").config.ENABLE_CUDASIM).values())
-            client.run(stand_in)
-            for kw, r in zip(runs, ref, strict=True):
-                g = wb.knn_graph(X, 4, exact=True, client=client, **kw)
-                assert g.stats["backend"] == "gpu-sim" and r.stats["backend"] == "cpu"
-                _check_exact(g, X, 4)
-                np.testing.assert_array_equal(g.indices, r.indices)
-                np.testing.assert_allclose(g.distances, r.distances, rtol=1e-10)
-            ap = wb.knn_graph(X, 4, client=client, n_cells=4, n_probe=2, reference=ref[0])
-            assert ap.stats["backend"] == "gpu-sim" and ap.stats["recall"] >= 0.9
-    print("simulator checks passed")
-
-
-def test_knn_on_simulated_device_workers():
-    _in_simulator("_check_cluster_in_simulator")
+    client = clients(n_workers, backend="gpu-sim")
+    for kw in (dict(tile_rows=24, tile_cols=40), dict(tile_rows=24, tile_cols=40, prune=False)):
+        ref = wb.knn_graph(X, 4, exact=True, client=clients(1), **kw)
+        g = wb.knn_graph(X, 4, exact=True, client=client, **kw)
+        assert g.stats["backend"] == "gpu-sim" and ref.stats["backend"] == "cpu"
+        _check_exact(g, X, 4)
+        np.testing.assert_array_equal(g.indices, ref.indices)
+        np.testing.assert_allclose(g.distances, ref.distances, rtol=1e-10)
+    ap = wb.knn_graph(X, 4, client=client, n_cells=4, n_probe=2, reference=ref)
+    assert ap.stats["backend"] == "gpu-sim" and ap.stats["recall"] >= 0.9

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ... import backend
-from ...backend import namespace, to_host
+from ...backend import device_kind, launch, namespace, to_device, to_host
 from ...partition import block_offsets, owner_of
 from .cpu import _find_losers, _first_fit, _has_remote
 
@@ -78,11 +77,10 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
     batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
 
-    device = _device_kind()
-    dev = launch = None
+    device = device_kind()
+    dev = None
     if device != "cpu":
         # device workers: the setup's arrays move over once; rounds run numba.cuda twins of the cpu kernels
-        from ...backend import launch, to_device
         from . import cuda as dev
 
         ip1, ix1, ip2, ix2, deg, hsh, gid, pos = (to_device(a) for a in (ip1, ix1, ip2, ix2, deg, hsh, gid, pos))
@@ -109,7 +107,7 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
         if dev is None:
             _first_fit(todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
         else:
-            passes += _speculative_first_fit(dev, launch, todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
+            passes += _speculative_first_fit(dev, todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
                                              deg, hsh, gid, use_degree, loser)
         n_changed = _exchange_colors(comm, colors, todo, send_idx, recv_rng, n_loc, len(redo))
         if k > 0:
@@ -141,13 +139,7 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     return out, info
 
 
-def _device_kind() -> str:
-    """This worker's back end, ``backend.device_kind()`` (DEVICE.md); "cpu" where the backend does not name one."""
-    fn = getattr(backend, "device_kind", None)
-    return "cpu" if fn is None else str(fn())
-
-
-def _speculative_first_fit(dev: Any, launch: Any, todo: Any, ip1: Any, ix1: Any, ip2: Any, ix2: Any, depth: int,
+def _speculative_first_fit(dev: Any, todo: Any, ip1: Any, ix1: Any, ip2: Any, ix2: Any, depth: int,
                            mids_are_vertices: bool, colors: Any, deg: Any, hsh: Any, gid: Any, use_degree: bool,
                            lost: Any) -> int:
     """Device first fit of ``todo``: every vertex picks its color at once

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import backend
-from ...backend import empty, namespace, synchronize, to_host
+from ...backend import device_kind, empty, launch, namespace, synchronize, to_host
 from .cpu import _fill_exact_kernel, _local_join, _merge_candidates, _pair_sqdist, _scan_kernel, _scan_rows, _top_bounds
 
 
@@ -46,12 +45,6 @@ def _centred(X: Any, mean: Any, dtype: Any) -> tuple[Any, Any]:
     return Xc, (Xc * Xc).sum(axis=1)
 
 
-def _device_kind() -> str:
-    """This worker's back end, ``backend.device_kind()`` (DEVICE.md); "cpu" where the backend does not name one."""
-    fn = getattr(backend, "device_kind", None)
-    return "cpu" if fn is None else str(fn())
-
-
 def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, seed: int) -> tuple:
     block, offsets = arg
     off = int(offsets[comm.rank])
@@ -60,7 +53,7 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
     X, mean = _prepare(comm, block, metric)
     nl, d = X.shape
     m = min(n - 1, k + (opts["margin"] if opts["margin"] is not None else max(8, k // 2)))
-    device = _device_kind()
+    device = device_kind()
     if opts["engine"] == "xp" or (opts["engine"] == "auto" and device == "cpu" and xp is not np):
         scan = _scan_tile_xp
     else:                                   # the local kernel: numba on CPU workers, its numba.cuda twin on devices
@@ -392,7 +385,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     t_refine = time.perf_counter() - t3
 
     dist = np.sqrt(d2) if metric == "euclidean" else d2 / 2.0
-    info = {"backend": _device_kind(), "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
+    info = {"backend": device_kind(), "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
             "merge_tree_s": t_merge, "refinement_s": t_refine,
             "merge_levels": level, "bytes_moved": int(comm.stats["bytes_sent"]), **counters}
     return ind, dist, info
@@ -439,7 +432,6 @@ def _scan_tile_numba(G, qn, yn, qg, yg, Qo, Yo, rows, cols) -> None:
 
 def _scan_tile_cuda(G, qn, yn, qg, yg, Qo, Yo, rows, cols) -> None:
     """The tile scan's numba.cuda twin: one thread per row of the tile, and per column when ``cols``."""
-    from ...backend import launch
     from . import cuda as dev
 
     do_cols = cols is not None
@@ -457,8 +449,7 @@ def _fill_exact(lists: tuple, Qo: Any, Yo: Any, ylo: int) -> None:
     once per survivor instead of once per insertion."""
     xp = namespace(lists[0])
     _, ri, rd = lists
-    if _device_kind() != "cpu":
-        from ...backend import launch
+    if device_kind() != "cpu":
         from . import cuda as dev
 
         launch(dev._fill_exact_kernel, ri.size, ri, rd, Qo, Yo, ylo)
