@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, block_offsets, distribute
+from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, distribute, resilient
 from .ranks import _color_rank, priority_hash
 
 __all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash"]
@@ -79,6 +79,7 @@ class ColoringResult:
     stats: dict = field(default_factory=dict)
 
 
+@resilient
 def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break: str = "degree",
           max_rounds: int = 500) -> ColoringResult:
     """Color a distributed graph (distance 1 or 2) or the columns of a sparse matrix (partial distance 2).
@@ -129,16 +130,17 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
     t0 = time.perf_counter()
     if isinstance(graph, RowBlocks):
         G = graph
-        check_sym = kind != "partial2" and G.symmetric is not True
+        if kind != "partial2" and not check_symmetric(G, client):   # once per container, then remembered
+            raise ValueError("graph must have a symmetric pattern for distance 1 or 2 "
+                             "(checked on the workers: some edge (u, v) has no (v, u))")
     else:
         G = distribute(_host_csr(graph), client, symmetric=kind != "partial2")
-        check_sym = False
     addrs = list(G.workers)
     P = len(addrs)
     n_rows, n_cols = (int(s) for s in G.shape)
     col_offsets = np.asarray(G.offsets) if kind != "partial2" else block_offsets(n_cols, P)
     res = comms.spmd(_color_rank, list(G.parts), np.asarray(G.offsets), col_offsets, n_rows, n_cols, kind,
-                     tie_break == "degree", check_sym, int(max_rounds), client=client, workers=addrs,
+                     tie_break == "degree", int(max_rounds), client=client, workers=addrs,
                      name=f"color-{kind}")
     colors = np.concatenate([r[0] for r in res]).astype(np.int64, copy=False)
     info = res[0][1]

@@ -21,30 +21,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...backend import device_kind, launch, namespace, to_device, to_host
-from ...partition import block_offsets, owner_of
+from ...partition import block_offsets, owner_of, splitmix64
 from .cpu import _find_losers, _first_fit, _has_remote
 
 
 def priority_hash(gid: Any) -> Any:
     """Consistent 63-bit hash of global ids (splitmix64), the tie-breaker every rank agrees on."""
-    x = np.asarray(gid).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(1)).astype(np.int64)
+    return (splitmix64(np.asarray(gid).astype(np.uint64)) >> np.uint64(1)).astype(np.int64)
 
 
 def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.ndarray, n_rows: int, n_cols: int,
-                kind: int | str, use_degree: bool, check_sym: bool, max_rounds: int) -> tuple:
+                kind: int | str, use_degree: bool, max_rounds: int) -> tuple:
     t0 = time.perf_counter()
     # The setup is sparse host work (scipy); a device block is brought over once.
     A = sp.csr_matrix(to_host(block))
     A.indices = A.indices.astype(np.int64, copy=False)
     A.indptr = A.indptr.astype(np.int64, copy=False)
     rlo = int(row_offsets[comm.rank])
-    if check_sym:
-        _check_symmetric(comm, A, rlo, row_offsets, n_cols)
 
     if kind == "partial2":
         lo, hi = int(col_offsets[comm.rank]), int(col_offsets[comm.rank + 1])
@@ -288,24 +281,3 @@ def _setup_partial2(comm: Any, A: sp.csr_matrix, rlo: int, row_offsets: np.ndarr
     lut = _local_ids(n, lo, hi, H)
     ix1 = np.searchsorted(mids, T.indices.astype(np.int64)).astype(np.int64)
     return {"H": H, "deg": deg, "ip1": T.indptr.astype(np.int64), "ix1": ix1, "ip2": r_ptr, "ix2": lut[r_idx]}
-
-
-def _check_symmetric(comm: Any, A: sp.csr_matrix, lo: int, offsets: np.ndarray, n: int) -> None:
-    """Every edge (u, v) must have its reverse: send (v, u) to v's owner, which looks it up."""
-    u = np.repeat(np.arange(lo, lo + A.shape[0], dtype=np.int64), np.diff(A.indptr))
-    v = A.indices
-    own = owner_of(v, offsets)
-    order = np.argsort(own, kind="stable")
-    u, v, own = u[order], v[order], own[order]
-    cuts = np.searchsorted(own, np.arange(comm.size + 1))
-    got = comm.alltoallv([np.stack([v[cuts[q]:cuts[q + 1]], u[cuts[q]:cuts[q + 1]]]) for q in range(comm.size)])
-    e = np.concatenate(got, axis=1)
-    mine = np.sort(np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) * n + A.indices)
-    key = (e[0] - lo) * n + e[1]
-    ok = len(key) == len(mine)
-    if ok and len(key):
-        at = np.minimum(np.searchsorted(mine, key), len(mine) - 1)
-        ok = bool((mine[at] == key).all())
-    if not comm.allreduce(bool(ok), op="and"):
-        raise ValueError("graph must have a symmetric pattern for distance 1 or 2 "
-                         "(checked on the workers: some edge (u, v) has no (v, u))")

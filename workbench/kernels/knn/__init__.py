@@ -59,7 +59,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks
+from ...partition import RowBlocks, as_row_blocks, resilient
 from .cpu import _count_hits, _scan_kernel
 from .ranks import _approx_rank, _exact_rank, _new_lists
 
@@ -105,6 +105,7 @@ class KNNGraph:
         return int(self.indices.shape[0])
 
 
+@resilient
 def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean", client: Any = None,
               reference: Any = None, seed: int = 0, **params: Any) -> KNNGraph:
     """k-nearest-neighbour graph of a point set distributed over the workers.
