@@ -212,7 +212,7 @@ def test_repeated_solves_reuse_the_matrix_halo(clients):
 
 def test_fused_kernel_windows_and_tiles_match_thomas():
     pytest.importorskip("numba")
-    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import cpu as K
     from workbench.kernels.tridiag import thomas_reference
 
     rng = np.random.default_rng(23)
@@ -352,7 +352,7 @@ def test_bad_inputs(clients):
 def test_array_engine_on_cupy():
     import cupy as cp
 
-    from workbench.kernels.tridiag import _solve_chain
+    from workbench.kernels.tridiag.ranks import _solve_chain
 
     dl, d, du, b = _system("dominant", 300, 8, None, seed=5)
     A, C, D = dl[:, 1:].T / d[:, 1:].T, du[:, :-1].T / d[:, :-1].T, (b / d).T[:, None, :]
@@ -365,7 +365,7 @@ def test_array_engine_on_cupy():
 
 def test_interleaved_single_system_kernels_match_the_plain_ones():
     pytest.importorskip("numba")
-    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import cpu as K
 
     rng = np.random.default_rng(3)
     lens = np.array([5, 5, 7, 1, 2, 2, 3, 3, 3, 9], np.int64)         # pairs, a lone block, 1- and 2-row blocks
@@ -392,7 +392,7 @@ def test_interleaved_single_system_kernels_match_the_plain_ones():
 
 def test_one_rhs_batch_kernels_match_the_general_ones():
     pytest.importorskip("numba")
-    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import cpu as K
 
     rng = np.random.default_rng(4)
     lens = np.array([6, 1, 2, 3, 4, 9], np.int64)

@@ -98,6 +98,22 @@ The result is a dask array of futures pinned where they were computed: the
 user layout for host/dask inputs (transposes are lazy), line-major for
 RowBlocks inputs.  No pivoting is done (as in the paper and cuSPARSE
 ``gtsv2_nopivot``): a zero pivot raises :class:`numpy.linalg.LinAlgError`.
+
+Package layout
+--------------
+This module holds the public functions, their validation and the client-side
+placement and launch; ``ranks`` the SPMD rank bodies (two-pass solve, fused
+pass, reduced systems, compact stencil) and their local dispatch; ``cpu`` the
+numba kernels; ``params`` the constants all of them share.
+
+Example
+-------
+>>> import numpy as np, workbench as wb
+>>> with wb.cluster(backend="cpu", n_workers=2) as client:              # doctest: +SKIP
+...     x = wb.tridiag_solve(np.ones(99), np.full(100, 4.0), np.ones(99), np.ones(100), client=client)
+...     float(wb.kernels.tridiag.validate_tridiag(np.ones(99), np.full(100, 4.0), np.ones(99),
+...                                               np.ones(100), np.asarray(x))) < 1e-14
+True
 """
 
 from __future__ import annotations
@@ -170,7 +186,7 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
     >>> block_grid(4096)[:3]
     array([  0, 342, 684])
     >>> block_grid(4096, batch=16384)[:3]
-    array([ 0, 57, 114])
+    array([  0,  57, 114])
     """
     rows = _BLOCK_ROWS_BATCH if batch >= 8 else _BLOCK_ROWS if batch > 1 else _BLOCK_ROWS_SINGLE
     k = 12 * max(1, -(-n // (12 * rows))) if n >= 24 else max(1, n // 2)

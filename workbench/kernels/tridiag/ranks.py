@@ -409,6 +409,11 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
     return col(dlv), col(dv), col(duv), rhs[:, None, :]
 
 
+# --------------------------------------------------------------------------
+# The generator's rank (random_system)
+# --------------------------------------------------------------------------
+
+
 def _random_rank(comm: Any, lohi: tuple[int, int], batch: int | None, nrhs: int | None, dominance: float,
                  seed: int) -> tuple:
     lo, hi = lohi
@@ -435,7 +440,7 @@ def _random_rank(comm: Any, lohi: tuple[int, int], batch: int | None, nrhs: int 
 
 
 # --------------------------------------------------------------------------
-# Worker-local kernels: dispatch, numba (CPU), array namespace (cupy / reference)
+# Worker-local kernels: dispatch to the numba kernels (cpu.py), array namespace (cupy / reference)
 # --------------------------------------------------------------------------
 
 
