@@ -358,8 +358,8 @@ def test_array_engine_on_cupy():
     A, C, D = dl[:, 1:].T / d[:, 1:].T, du[:, :-1].T / d[:, :-1].T, (b / d).T[:, None, :]
     A = np.vstack([np.zeros((1, 8)), A])
     C = np.vstack([C, np.zeros((1, 8))])
-    y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, use_numba=False)
-    yh = _solve_chain(A, C, D, False, use_numba=True)
+    y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, local="array")
+    yh = _solve_chain(A, C, D, False, local="numba")
     assert np.abs(cp.asnumpy(y) - yh).max() < 1e-13
 
 
@@ -411,6 +411,6 @@ def test_one_rhs_batch_kernels_match_the_general_ones():
         assert np.array_equal(r.reshape(M, V), g)
     Y0, Y1 = rng.uniform(-1, 1, (lens.size, 1, V)), rng.uniform(-1, 1, (lens.size, 1, V))
     x1, x2 = np.zeros((m, 1, V)), np.zeros((m, V))
-    K.expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt)
+    K.expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x1, np.empty((lens.max(), 1, Vt)), 1, Vt)
     K.expand_b1_kernel(dl, d, du, b[:, 0], starts, lens, Y0[:, 0], Y1[:, 0], x2, Vt)
     assert np.array_equal(x1[:, 0], x2)

@@ -219,8 +219,9 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
         How the coupling system is solved (see the module docstring for the
         truncation's accuracy bound).
     engine : {"auto", "numba", "array"}
-        Worker-local kernels: numba loops (CPU default) or row-vectorized
-        array-namespace code (used for cupy arrays).
+        Worker-local kernels: numba loops (the default: numba on CPU workers,
+        their numba.cuda twins on GPU and simulated-GPU workers) or
+        row-vectorized array-namespace code (numpy or cupy).
     client : distributed.Client, optional
         Default: the current client.
 
@@ -228,7 +229,8 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
     -------
     dask.array.Array
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
-        blocks left on the workers.  ``x.stats`` holds ``seconds``,
+        blocks left on the workers.  ``x.stats`` holds ``backend`` (the
+        workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
         ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
         ``path`` (``"fused"`` single pass or ``"two-pass"``), ``halo_rows`` (the
@@ -607,7 +609,7 @@ def _sub_blocks(lo: int, hi: int, grid: np.ndarray) -> tuple[np.ndarray, np.ndar
     return edges[:-1], np.diff(edges)
 
 
-def _fused_blocks(spec: _Spec, gpu: bool, offs: np.ndarray, grid: np.ndarray) -> list | None:
+def _fused_blocks(spec: _Spec, offs: np.ndarray, grid: np.ndarray) -> list | None:
     """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
 
     The blocks are runs of the grid's sub-blocks cut at every ``K / 12``-th grid
@@ -616,7 +618,7 @@ def _fused_blocks(spec: _Spec, gpu: bool, offs: np.ndarray, grid: np.ndarray) ->
     """
     K = len(grid) - 1
     P = len(offs) - 1
-    if (spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or gpu or spec.engine == "array"
+    if (spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or spec.engine == "array"
             or K % _FUSED_BLOCKS or any(offs[r + 1] <= offs[r] for r in range(P))):
         return None
     coarse = grid[::K // _FUSED_BLOCKS]
@@ -740,7 +742,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
            "engine": spec.engine, "form": "rows" if spec.source == "rows" else ("batch" if spec.batched else "single"),
            "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
            "h": spec.h, "mode": mode}
-    fused = _fused_blocks(spec, gpu, offs, grid)
+    fused = _fused_blocks(spec, offs, grid)
     cfg["fused_min_rows"] = 0 if fused is None else int(min(ln.min() for _, ln in fused))
     matrix = _matrix_key(spec, offs) if fused is not None else None
     cfg["halo"] = _HALO_CACHE.get(matrix, _PROBE) if matrix is not None else _PROBE
@@ -759,6 +761,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     X = _user_layout(X, spec)
     ndof = spec.n * V * R
     X.stats = {
+        "backend": infos[0]["backend"],
         "seconds": seconds,
         "kernel_seconds": max(i["seconds"] for i in infos),
         "bandwidth_gbps": 5 * ndof * 8 / seconds / 1e9,

@@ -119,14 +119,11 @@ def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
                 chk[s0 + g] += t
 
 @_njit
-def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt):
+def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, cs, G, Vt):
+    # cs: scratch for c', (max(lens), G, Vt) (the device twin keeps it per row and system, (m, V))
     S = starts.size
     V = d.shape[1]
     R = b.shape[1]
-    Lmax = 0
-    for s in range(S):
-        Lmax = max(Lmax, lens[s])
-    cs = np.empty((max(Lmax, 1), G, Vt))
     ri = np.empty((G, Vt))
     for s0 in range(0, S, G):
         gn = min(G, S - s0)
@@ -796,9 +793,9 @@ def compact_rhs_kernel(f, left, right, c1, c2, rhs):
 
 
 @_njit
-def decay_kernel(dl, d, du, skip, upto):
+def decay_kernel(dl, d, du, skip, upto, worst):
     # the largest product, over one system's rows skip..upto-1, of |c'| (how x_next's influence decays
-    # going up) or of |a / pivot| (x_prev's going down) in a forward elimination from row 0
+    # going up) or of |a / pivot| (x_prev's going down) in a forward elimination from row 0, maxed into worst[0]
     V = d.shape[1]
     cp = np.zeros(V)
     pc = np.ones(V)
@@ -817,10 +814,10 @@ def decay_kernel(dl, d, du, skip, upto):
                 cp[v] = c1
                 pc[v] *= abs(c1)
                 pa[v] *= abs(ar[v] * inv)
-    worst = 0.0
+    w = worst[0]
     for v in range(V):
-        worst = max(worst, pc[v], pa[v])
-    return worst
+        w = max(w, pc[v], pa[v])
+    worst[0] = w
 
 
 @_njit

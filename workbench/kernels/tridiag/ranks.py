@@ -1,5 +1,6 @@
 """The SPMD rank bodies of the tridiagonal solver (one long task per worker, see the package docstring)
-and their worker-local dispatch between the numba kernels (``cpu``) and array-namespace code.
+and their worker-local dispatch: the numba kernels (``cpu``) on CPU workers, their numba.cuda twins
+(``cuda``) on GPU and simulated-GPU workers, or array-namespace code (``engine="array"``).
 """
 
 from __future__ import annotations
@@ -10,20 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import empty, namespace, to_host
+from ... import backend
+from ...backend import empty, namespace, synchronize, to_host
+from . import cpu
 from .cpu import (
     compact_rhs_kernel,
-    decay_kernel,
     expand1_kernel,
     expand1p_kernel,
     expand_b1_kernel,
-    expand_kernel,
-    fused_fix_kernel,
-    fused_kernel,
     reduce1_kernel,
     reduce1p_kernel,
     reduce_b1_kernel,
-    reduce_kernel,
 )
 from .params import (
     _CHK_SCALE,
@@ -47,9 +45,11 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     parts, lo, hi, starts, lens, fused = arg
     t0 = time.perf_counter()
     phases = {}
+    kind = _device_kind()
     if cfg["gpu"]:
         import cupy
         parts = tuple(cupy.asarray(p) for p in parts)
+    cfg = {**cfg, "local": _engine(kind, cfg["engine"], namespace(*parts))}
     if cfg["mode"] == "compact":
         f = _line_major_local(parts[0], cfg, rhs=False)
         dl, d, du, b = _compact_local(comm, f, lo, hi, cfg)
@@ -57,13 +57,36 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         dl, d, du = (_line_major_local(p, cfg, rhs=False) for p in parts[:3])
         b = _line_major_local(parts[3], cfg, rhs=True)
     phases["layout"] = time.perf_counter() - t0
-    x, info = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if fused is not None else (None, {})
+    # the fused pass has no array-namespace version; every rank decides alike (same engine everywhere)
+    run_fused = fused is not None and cfg["local"] != "array"
+    x, info = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if run_fused else (None, {})
     if x is None:
         x, more = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
         info.update(more)
+    synchronize(x)
     t1 = time.perf_counter()
-    info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1))
+    info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
     return x, info
+
+
+def _device_kind() -> str:
+    """This worker's path, "cpu", "gpu" or "gpu-sim" (fixed when its cluster started)."""
+    kind = getattr(backend, "device_kind", None)  # workbench.backend's, from the gpu-sim commit on
+    return kind() if kind is not None else "cpu"
+
+
+def _engine(kind: str, engine: str, xp: Any) -> str:
+    """The worker-local kernels: "numba" (cpu.py), "cuda" (their cuda.py twins, on GPU and simulated-GPU
+    workers) or "array" (row-vectorized namespace code: ``engine="array"``, or device arrays on a CPU worker)."""
+    if engine == "array":
+        return "array"
+    if kind != "cpu":
+        return "cuda"
+    if xp is not np:
+        if engine == "numba":
+            raise TypeError("engine='numba' needs host (numpy) arrays on a CPU worker")
+        return "array"
+    return "numba"
 
 
 def _line_major_local(a: Any, cfg: dict, rhs: bool) -> Any:
@@ -89,9 +112,7 @@ def _line_major_local(a: Any, cfg: dict, rhs: bool) -> Any:
 def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: np.ndarray, lens: np.ndarray,
                  cfg: dict, phases: dict) -> tuple[Any, dict]:
     xp = namespace(d, b)
-    use_numba = xp is np and cfg["engine"] != "array"
-    if cfg["engine"] == "numba" and xp is not np:
-        raise TypeError("engine='numba' needs host (numpy) arrays")
+    local = cfg["local"]
     m = d.shape[0]
     V, R = cfg["V"], cfg["R"]
     t = time.perf_counter()
@@ -99,7 +120,7 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
     M = int(rows0[-1])
     RA, RC, RD = xp.zeros((M, V)), xp.zeros((M, V)), xp.zeros((M, R, V))
     if m:
-        chk = _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba)
+        chk = _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, local)
         _raise_if_bad(chk, (dl, d, du, b), lo, starts, lens)
     phases["reduce"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -109,7 +130,7 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
     if mode == "auto":
         mode = "truncated" if tau <= _TRUNC_TOL else "exact"
     if mode == "exact":
-        Y = _couple_exact(comm, RA, RC, RD, cfg, use_numba)
+        Y = _couple_exact(comm, RA, RC, RD, cfg, local)
     else:
         Y = _couple_truncated(comm, RA, RC, RD, cfg)
     phases["couple"] = time.perf_counter() - t
@@ -118,9 +139,9 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
     if m:
         Y0 = Y[rows0[:-1]]
         Y1 = Y[rows0[1:] - 1]
-        _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba)
+        _expand(dl, d, du, b, starts, lens, Y0, Y1, x, local)
     phases["expand"] = time.perf_counter() - t
-    return x, {"reduced": mode, "tau": tau, "engine": "numba" if use_numba else xp.__name__, "path": "two-pass"}
+    return x, {"reduced": mode, "tau": tau, "engine": _ENGINE_NAMES.get(local, xp.__name__), "path": "two-pass"}
 
 
 def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray, blocks: tuple,
@@ -135,7 +156,7 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     H = cfg["halo"]
     if H == _PROBE:
         # the halo from the line's first rows (rank 0's), so every worker count picks the same one
-        H = _fused_halo(dl, d, du, int(lens[0])) if comm.rank == cfg["nonempty"][0] else None
+        H = _fused_halo(dl, d, du, int(lens[0]), cfg["local"]) if comm.rank == cfg["nonempty"][0] else None
         H = comm.bcast(H, root=cfg["nonempty"][0])
         probed = {"halo_probed": H}
     else:
@@ -144,11 +165,13 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     if H is None or 2 * H + 2 > cfg["fused_min_rows"]:
         return None, probed
     t = time.perf_counter()
-    x = empty((m, 1, V))
-    VS, WS, edge = np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
-    chk, tau = np.zeros(1), np.zeros(3)
-    fused_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens), x[:, 0], VS, WS, edge, chk, tau,
-                  min(V, _FUSED_TILE), _FUSED_WINDOW, H)
+    xp, local = namespace(d), cfg["local"]
+    x = empty((m, 1, V), like=d)
+    VS, WS, edge = xp.zeros((H, V)), xp.zeros((H, V)), xp.zeros((4, V))
+    chk, tau = xp.zeros(1), xp.zeros(3)
+    _launch(local, "fused_kernel", V, *_c(dl, d, du, b[:, 0]), *_i(starts, lens, like=d), x[:, 0], VS, WS, edge,
+            chk, tau, min(V, _FUSED_TILE), _FUSED_WINDOW, H)
+    chk, tau = to_host(chk), to_host(tau)
     phases["sweep"] = time.perf_counter() - t
     t = time.perf_counter()
     # one round: every rank's check goes to all (so all decide alike), the edge rows ride along to the
@@ -167,27 +190,30 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     if not worst <= _TRUNC_TOL:
         return None, probed
     t = time.perf_counter()
-    bad = np.zeros(1)
+    bad = xp.zeros(1)
     if prev is not None:  # (prev's last | my first): my first H rows take v * x_last(prev)
         yl, wl = got[prev]["to_next"] if prev != comm.rank else edge[2:]
-        fused_fix_kernel(x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
+        _launch(local, "fused_fix_kernel", V, x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
     if nxt is not None:   # (my last | next's first): my last H rows take w * x_first(next)
         yr, vr = got[nxt]["to_prev"] if nxt != comm.rank else edge[:2]
-        fused_fix_kernel(x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
-    if bad[0]:
+        _launch(local, "fused_fix_kernel", V, x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
+    if to_host(bad)[0]:
         raise np.linalg.LinAlgError("singular 2x2 interface system between workers' blocks")
     phases["fix"] = time.perf_counter() - t
-    return x, {"reduced": "truncated", "tau": worst, "engine": "numba", "path": "fused", "halo": H, **probed}
+    return x, {"reduced": "truncated", "tau": worst, "engine": _ENGINE_NAMES[local], "path": "fused", "halo": H,
+               **probed}
 
 
-def _fused_halo(dl: np.ndarray, d: np.ndarray, du: np.ndarray, rows: int) -> int | None:
+def _fused_halo(dl: Any, d: Any, du: Any, rows: int, local: str) -> int | None:
     """The shortest halo over which the measured decay (the worst system's geometric-mean |c'| and
     |a / pivot| on the first rows) drops below rounding with margin; None when none of them does."""
     skip, upto = _PROBE_ROWS
     upto = min(upto, rows)
     if upto - skip < 16:
         return None
-    worst = decay_kernel(*_c(dl[:upto], d[:upto], du[:upto]), skip, upto)
+    worst = namespace(d).zeros(1)
+    _launch(local, "decay_kernel", d.shape[1], *_c(dl[:upto], d[:upto], du[:upto]), skip, upto, worst)
+    worst = float(to_host(worst)[0])
     if not worst > 0.0:
         return _FUSED_HALOS[0] if worst == 0.0 else None
     rate = math.log(worst) / (upto - skip)
@@ -223,7 +249,7 @@ def _far_coupling(RA: Any, RC: Any, rows0: np.ndarray, lens: np.ndarray) -> floa
     return float(far)
 
 
-def _couple_exact(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict, use_numba: bool) -> Any:
+def _couple_exact(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict, local: str) -> Any:
     """Every rank solves the whole reduced system (same data, same order: same answer)."""
     xp = namespace(RA)
     got = comm.allgather((RA, RC, RD))
@@ -231,7 +257,7 @@ def _couple_exact(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict, use_numba: bo
     C = xp.concatenate([xp.asarray(g[1]) for g in got], axis=0)
     D = xp.concatenate([xp.asarray(g[2]) for g in got], axis=0)
     # the reduced system of a non-dominant problem is not dominant either: pivot there (LAPACK gtsv)
-    Y = _solve_chain(A, C, D, True, use_numba) if cfg["periodic"] else _gtsv_pivoted(A, C, D)
+    Y = _solve_chain(A, C, D, True, local) if cfg["periodic"] else _gtsv_pivoted(A, C, D)
     r0 = sum(cfg["nrows"][:comm.rank])
     return Y[r0:r0 + RA.shape[0]]
 
@@ -317,7 +343,7 @@ def _gtsv_pivoted(A: Any, C: Any, D: Any) -> Any:
     return y
 
 
-def _solve_chain(A: Any, C: Any, D: Any, periodic: bool, use_numba: bool) -> Any:
+def _solve_chain(A: Any, C: Any, D: Any, periodic: bool, local: str) -> Any:
     """Solve one unit-diagonal tridiagonal (cyclic when periodic) system of M rows with the same kernels."""
     xp = namespace(A)
     M, V = A.shape
@@ -326,7 +352,7 @@ def _solve_chain(A: Any, C: Any, D: Any, periodic: bool, use_numba: bool) -> Any
     rows0 = np.array([0, min(M, 2)], np.int64)
     k = int(rows0[1])
     RA, RC, RD = xp.zeros((k, V)), xp.zeros((k, V)), xp.zeros((k,) + D.shape[1:])
-    chk = _reduce(A, one, C, D, starts, lens, rows0, RA, RC, RD, use_numba)
+    chk = _reduce(A, one, C, D, starts, lens, rows0, RA, RC, RD, local)
     if not bool(np.isfinite(to_host(chk)).all()):
         raise np.linalg.LinAlgError("zero pivot in the reduced (coupling) system: the system is singular "
                                     "or needs pivoting")
@@ -344,7 +370,7 @@ def _solve_chain(A: Any, C: Any, D: Any, periodic: bool, use_numba: bool) -> Any
     y0 = (RD[0] - c0 * RD[1]) / det
     y1 = RD[1] - a1 * y0
     Y = xp.empty_like(D)
-    _expand(A, one, C, D, starts, lens, y0[None], y1[None], Y, use_numba)
+    _expand(A, one, C, D, starts, lens, y0[None], y1[None], Y, local)
     return Y
 
 
@@ -373,8 +399,8 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
     def sample(k: int) -> Any:  # row k of the block, -2 <= k < m + 2 (the halo outside it)
         return left[k + 2] if k < 0 else (right[k - m] if k >= m else f[k])
 
-    numba_engine = xp is np and cfg["engine"] != "array"
-    if numba_engine:
+    local = cfg["local"]
+    if local == "numba":
         # one pass into a pooled buffer: numpy's temporaries are fresh pages on every call, and on this kind
         # of VM a page fault per page costs more than the arithmetic
         rhs = empty((m, V))
@@ -398,11 +424,11 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
                 rhs[row - lo] = val
     def col(v: np.ndarray) -> Any:
         # constant coefficients: a stride-0 view for the array engine (no memory pass); the numba kernels
-        # take C-contiguous (m, V) arrays, filled once here into pooled buffers
+        # and their cuda twins take C-contiguous (m, V) arrays, filled once here into pooled buffers
         view = xp.broadcast_to(xp.asarray(v)[:, None], (m, V))
-        if not numba_engine:
+        if local == "array":
             return view
-        out = empty((m, V))
+        out = empty((m, V), like=f)
         out[...] = view
         return out
 
@@ -452,7 +478,28 @@ def _tiles(V: int, L: int) -> tuple[int, int]:
     return 16, V
 
 
-def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
+#: stats["engine"] per local engine ("array": the arrays' namespace, numpy or cupy).
+_ENGINE_NAMES = {"numba": "numba", "cuda": "numba.cuda"}
+
+
+def _launch(local: str, name: str, n: int, *args: Any) -> None:
+    """Run the local kernel ``name`` over ``n`` lines: cpu.py's, or its twin in cuda.py on a device worker
+    (asynchronous on a GPU, on cupy's current stream: the rank synchronizes before it returns)."""
+    if local == "cuda":
+        from . import cuda as dev  # only here, so that importing workbench never imports numba.cuda
+
+        backend.launch(getattr(dev, name), n, *args)
+    else:
+        getattr(cpu, name)(*args)
+
+
+def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, local: str):
+    if local == "cuda":  # one thread per (sub-block, system) covers every shape the CPU variants specialise
+        chk = namespace(d).zeros(lens.size)
+        _launch(local, "reduce_kernel", lens.size * d.shape[1], *_c(dl, d, du, b), *_i(starts, lens, rows0, like=d),
+                RA, RC, RD, chk, 1, 1)
+        return chk
+    use_numba = local == "numba"
     if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
         chk = np.zeros(lens.size)
         reduce1p_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens, rows0),
@@ -471,12 +518,18 @@ def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
     if use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
         chk = np.zeros(lens.size)
-        reduce_kernel(*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
+        cpu.reduce_kernel(*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
         return chk
     return _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD)
 
 
-def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
+def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, local: str) -> None:
+    if local == "cuda":
+        cs = namespace(d).empty(d.shape)  # c' of every row and system
+        _launch(local, "expand_kernel", lens.size * d.shape[1], *_c(dl, d, du, b), *_i(starts, lens, like=d),
+                *_c(Y0, Y1), x, cs, 1, 1)
+        return
+    use_numba = local == "numba"
     if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
         expand1p_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens),
                                      *_c(Y0[:, 0, 0], Y1[:, 0, 0]), x[:, 0, 0])
@@ -488,19 +541,22 @@ def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
                                       _TILE_SYSTEMS)
     elif use_numba:
         G, Vt = _tiles(d.shape[1], int(lens.max()))
-        expand_kernel(*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
+        cs = np.empty((max(int(lens.max()), 1), G, Vt))
+        cpu.expand_kernel(*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, cs, G, Vt)
     else:
         _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x)
 
 
-def _c(*arrays: np.ndarray) -> list[np.ndarray]:
+def _c(*arrays: Any) -> list[Any]:
     # C-contiguous float64 only keeps numba's specializations (compiles, cache entries) few;
     # stride-0 broadcast coefficients (compact scheme, unit diagonals) are materialized here
-    return [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
+    return [namespace(a).ascontiguousarray(a, dtype=np.float64) for a in arrays]
 
 
-def _i(*arrays: np.ndarray) -> list[np.ndarray]:
-    return [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
+def _i(*arrays: np.ndarray, like: Any = None) -> list[Any]:
+    # host index arrays (a few per sub-block), moved to the device of ``like`` for its kernels
+    xp = np if like is None else namespace(like)
+    return [xp.asarray(np.ascontiguousarray(a, dtype=np.int64)) for a in arrays]
 
 
 def _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD):
