@@ -60,10 +60,4 @@ def run(client, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    import pandas as pd
-
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        print(pd.DataFrame(run(c, prof)).to_string(index=False))
+    wb.bench.script_main(run)
