@@ -129,7 +129,7 @@ import numpy as np
 
 from ... import comms
 from ...backend import to_host
-from ...cluster import backend_of, default_client, worker_addresses
+from ...cluster import default_client, worker_addresses
 from ...partition import RowBlocks, _scatter_to, block_offsets
 
 # the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
@@ -737,10 +737,9 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     nonempty = [r for r in range(P) if offs[r + 1] > offs[r]]
     if spec.compact and any(offs[r + 1] - offs[r] < 2 for r in nonempty):
         raise ValueError("compact_derivative needs every non-empty block to hold >= 2 rows")
-    gpu = backend_of(client) == "gpu"
     cfg = {"n": spec.n, "V": spec.V, "R": spec.R, "periodic": spec.periodic, "reduced": spec.reduced,
            "engine": spec.engine, "form": "rows" if spec.source == "rows" else ("batch" if spec.batched else "single"),
-           "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
+           "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty,
            "h": spec.h, "mode": mode}
     fused = _fused_blocks(spec, offs, grid)
     cfg["fused_min_rows"] = 0 if fused is None else int(min(ln.min() for _, ln in fused))

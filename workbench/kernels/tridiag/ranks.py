@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import backend
-from ...backend import empty, namespace, synchronize, to_host
+from ...backend import device_kind, empty, launch, namespace, synchronize, to_device, to_host
 from . import cpu
 from .cpu import (
     compact_rhs_kernel,
@@ -45,10 +44,8 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     parts, lo, hi, starts, lens, fused = arg
     t0 = time.perf_counter()
     phases = {}
-    kind = _device_kind()
-    if cfg["gpu"]:
-        import cupy
-        parts = tuple(cupy.asarray(p) for p in parts)
+    kind = device_kind()
+    parts = tuple(to_device(p) for p in parts)  # on a GPU worker, blocks scattered from the host move there once
     cfg = {**cfg, "local": _engine(kind, cfg["engine"], namespace(*parts))}
     if cfg["mode"] == "compact":
         f = _line_major_local(parts[0], cfg, rhs=False)
@@ -67,12 +64,6 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     t1 = time.perf_counter()
     info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
     return x, info
-
-
-def _device_kind() -> str:
-    """This worker's path, "cpu", "gpu" or "gpu-sim" (fixed when its cluster started)."""
-    kind = getattr(backend, "device_kind", None)  # workbench.backend's, from the gpu-sim commit on
-    return kind() if kind is not None else "cpu"
 
 
 def _engine(kind: str, engine: str, xp: Any) -> str:
@@ -488,7 +479,7 @@ def _launch(local: str, name: str, n: int, *args: Any) -> None:
     if local == "cuda":
         from . import cuda as dev  # only here, so that importing workbench never imports numba.cuda
 
-        backend.launch(getattr(dev, name), n, *args)
+        launch(getattr(dev, name), n, *args)
     else:
         getattr(cpu, name)(*args)
 
