@@ -17,7 +17,8 @@ import numpy as np
 
 import workbench as wb
 from workbench.cluster import worker_addresses
-from workbench.kernels.bfs import harmonic_stats, run_peers
+from workbench.kernels.bfs import harmonic_stats
+from workbench.peers.bfs import run_peers
 
 PROFILES = {
     "ci": {"scale": 10, "edgefactor": 16, "n_roots": 8, "calls": 2},
