@@ -130,7 +130,7 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import RowBlocks, _scatter_to, block_offsets
+from ...partition import RowBlocks, TaskLineage, _scatter_to, block_offsets, resilient
 
 # the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
 # re-exports)
@@ -158,7 +158,7 @@ from .params import (
     _REDUCED,
     COMPACT6,
 )
-from .ranks import _random_rank, _tridiag_rank
+from .ranks import _random_rank, _tridiag_rank, random_part
 from .ranks import _solve_chain as _solve_chain
 
 __all__ = [
@@ -198,6 +198,7 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
+@resilient
 def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, reduced: str = "auto",
                   engine: str = "auto", client: Any = None) -> Any:
     """Solve tridiagonal systems ``A x = b`` whose line is distributed over the workers.
@@ -254,6 +255,7 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
     return _run(spec, client, mode="solve")
 
 
+@resilient
 def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = True, reduced: str = "auto",
                        engine: str = "auto", client: Any = None) -> Any:
     """Sixth-order compact first derivative along the last axis, fused with the solve.
@@ -370,6 +372,7 @@ def distribute_system(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = Fals
     return tuple(out)
 
 
+@resilient
 def random_system(n: int, batch: int | None = None, *, nrhs: int | None = None, dominance: float = 2.0,
                   seed: int = 0, client: Any = None) -> tuple[RowBlocks, RowBlocks, RowBlocks, RowBlocks]:
     """A random system generated on the workers in line-major layout (nothing passes the client).
@@ -403,8 +406,10 @@ def random_system(n: int, batch: int | None = None, *, nrhs: int | None = None, 
     for k in range(4):
         parts = [client.submit(operator.getitem, f, k, workers=[a], pure=False) for f, a in zip(futs, addrs,
                                                                                                strict=True)]
+        lineage = TaskLineage(random_part, [(k, (int(offs[r]), int(offs[r + 1])), batch, nrhs, float(dominance),
+                                             int(seed)) for r in range(len(addrs))])
         out.append(RowBlocks(parts, offs, shapes[k], np.dtype(np.float64), addrs, kind="dense",
-                             meta={"layout": "tridiag-line-major", "seed": seed}))
+                             meta={"layout": "tridiag-line-major", "seed": seed}, lineage=lineage))
     return tuple(out)
 
 

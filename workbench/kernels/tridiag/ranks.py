@@ -431,6 +431,13 @@ def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
 # --------------------------------------------------------------------------
 
 
+def random_part(k: int, lohi: tuple[int, int], batch: int | None, nrhs: int | None, dominance: float,
+                seed: int) -> Any:
+    """Component ``k`` (dl, d, du, b) of ranks ``lohi``'s rows, alone: the lineage that rebuilds a
+    :func:`random_system` partition lost with its worker (the numbers depend only on the rows)."""
+    return _random_rank(None, lohi, batch, nrhs, dominance, seed)[k]
+
+
 def _random_rank(comm: Any, lohi: tuple[int, int], batch: int | None, nrhs: int | None, dominance: float,
                  seed: int) -> tuple:
     lo, hi = lohi
