@@ -91,7 +91,7 @@ def test_pipelined_transpose_with_recycled_buffers(clients, n_workers):
 
 
 def _set_engine(name):
-    import workbench.kernels.fft as f
+    import workbench.kernels.fft.cpu as f
 
     f._ENGINE = name
 
