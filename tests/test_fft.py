@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.kernels.fft import validate_fft
+from workbench.kernels.fft import distributed_random, validate_fft
 
 WORKERS = (1, 2, 3, 4)
 
@@ -78,8 +78,10 @@ def test_pipelined_transpose_with_recycled_buffers(clients, n_workers):
     """Large enough for several pipelined chunks whose pieces take the same-host path and reuse send buffers;
     extents that split unevenly over the workers and the chunks."""
     client = clients(n_workers)
-    x = _data((67, 129, 130), seed=17)  # 17 MiB: >= 4 chunks, pieces of about 1-2 MiB
-    xd = client.persist(da.from_array(x, chunks=(-(-67 // n_workers), 129, 130)))
+    # 17 MiB, generated in slabs on the workers (a host array would travel inside the graph): >= 4 chunks,
+    # pieces of about 1-2 MiB
+    xd = distributed_random((67, 129, 130), client, seed=17)
+    x = xd.compute()
     F = wb.fftn(xd, client=client)
     assert F.stats["bytes_moved"] > 0 and not F.stats["input_redistributed"]
     validate_fft(F, x, "fwd")

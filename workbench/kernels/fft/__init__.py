@@ -144,11 +144,22 @@ def validate_fft(result: Any, x: Any, kind: str = "fwd", *, s: Any = None, axes:
                  rtol: float = 1e-10) -> float:
     """Relative L2 error of ``result`` against ``numpy.fft`` on host ``x`` (the oracle).
 
-    ``kind`` is "fwd", "bwd", "r2c" or "c2r".  Raises ``AssertionError`` when
-    the shapes differ or the error exceeds ``rtol``; returns the error.
+    ``kind`` is "fwd", "bwd", "r2c" or "c2r".  ``s`` without ``axes`` means
+    the last ``len(s)`` axes, as in :func:`fftn`.  Raises ``AssertionError``
+    when the shapes differ or the error exceeds ``rtol``; returns the error.
+
+    Examples
+    --------
+    >>> x = np.arange(8.0).reshape(2, 4)
+    >>> validate_fft(np.fft.fftn(x, s=(2, 6), axes=(0, 1)), x, "fwd", s=(2, 6)) < 1e-15
+    True
     """
+    x = np.asarray(x)
+    if s is not None and axes is None:
+        # numpy >= 2 deprecates s without axes; spell out the axes it has always meant
+        axes = tuple(range(x.ndim - len(s), x.ndim))
     ref = {"fwd": np.fft.fftn, "bwd": np.fft.ifftn, "r2c": np.fft.rfftn, "c2r": np.fft.irfftn}[kind](
-        np.asarray(x), s=s, axes=axes, norm=norm)
+        x, s=s, axes=axes, norm=norm)
     got = np.asarray(result)
     if got.shape != ref.shape:
         raise AssertionError(f"shape {got.shape} != numpy's {ref.shape}")
