@@ -29,6 +29,7 @@ def test_3d_matches_numpy(clients, n_workers, decomposition):
     kw = {"decomposition": decomposition, "client": client}
     F = wb.fftn(x, **kw)
     assert isinstance(F, da.Array) and F.dtype == np.complex128
+    assert F.stats["backend"] == "cpu"
     validate_fft(F, x, "fwd")
     validate_fft(wb.ifftn(x, **kw), x, "bwd")
     R = wb.rfftn(xr, **kw)

@@ -40,11 +40,13 @@ def test_spmm_every_algorithm_matches_scipy(clients, n_workers):
     for algorithm in ALGORITHMS:
         for grid, k in zip(layouts, [3, 1, 2], strict=False):
             B = _dense(A.shape[1], k)
-            C, stats = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client, return_stats=True)
+            C = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client)
+            stats = C.stats
             assert C.shape == (A.shape[0], k)
             res = validate_spmm(A, B, C, rtol=1e-12)
             assert res["ok"], (algorithm, grid, k, res)
             assert stats["algorithm"] == algorithm and stats["n_workers"] == n_workers
+            assert stats["backend"] == "cpu"
             assert stats["nnz"] == A.nnz
             if n_workers > 1 and algorithm != "summa":
                 assert stats["bytes_moved"] > 0
@@ -73,7 +75,8 @@ def test_spmm_identical_across_worker_counts_and_every_worker_works(clients):
     for n_workers in (1, 2, 3, 4):
         client = clients(n_workers)
         for algorithm in ALGORITHMS:
-            C, stats = wb.spmm(A, B, algorithm=algorithm, client=client, return_stats=True)
+            C = wb.spmm(A, B, algorithm=algorithm, client=client)
+            stats = C.stats
             np.testing.assert_array_equal(np.asarray(C), ref)
             assert all(u > 0 for u in stats["units"]), (algorithm, stats["units"])
             assert len(stats["phases"]) == n_workers
@@ -103,7 +106,8 @@ def test_spmm_rmat_distributed_generator(clients):
     G = wb.data.rmat_distributed(8, seed=3, client=client)
     A = wb.data.rmat(8, seed=3)
     B = _dense(A.shape[0], 8)
-    C, stats = wb.spmm(G, B, client=client, return_stats=True)
+    C = wb.spmm(G, B, client=client)
+    stats = C.stats
     np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
     assert stats["effective_gbps"] > 0 and stats["gflops"] > 0
     # only the B rows a block touches travel: strictly less than the remote half of B
@@ -138,13 +142,31 @@ def test_spgemm_matches_scipy(clients, n_workers):
     client = clients(n_workers)
     A = _matrix(m=40, n=33)
     B = _matrix(m=33, n=27, seed=5).tocsr()
-    C, stats = wb.spgemm(A, B, client=client, return_stats=True)
+    C = wb.spgemm(A, B, client=client)
+    stats = C.stats
     got = C.to_scipy(client)
     ref = (A @ B).tocsr()
     assert got.shape == ref.shape
     assert abs(got - ref).max() <= 1e-12 * abs(ref).max()
     assert C.nnz == got.nnz
     assert stats["units"] == n_workers * n_workers
+    assert stats["backend"] == "cpu" and stats["nnz"] == ref.nnz
+
+
+def test_return_stats_is_a_deprecated_alias(clients):
+    client = clients(2)
+    A = _matrix()
+    B = _dense(A.shape[1], 3)
+    with pytest.warns(DeprecationWarning, match="return_stats"):
+        C, stats = wb.spmm(A, B, client=client, return_stats=True)
+    assert stats is C.stats and stats["backend"] == "cpu"
+    np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+    with pytest.warns(DeprecationWarning, match="return_stats"):
+        C = wb.spmm(A, B, client=client, return_stats=False)
+    assert C.stats["nnz"] == A.nnz
+    with pytest.warns(DeprecationWarning, match="return_stats"):
+        S, stats = wb.spgemm(A, A.T.tocsr(), client=client, return_stats=True)
+    assert stats is S.stats and S.nnz == (A @ A.T).nnz
 
 
 def test_split_tiles_array_namespace_form_matches_numba():

@@ -92,6 +92,7 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
     dask.array.Array
         The transform, left distributed on the workers in the layout of the
         last transpose; ``np.asarray`` brings it home.  ``.stats`` holds
+        ``backend`` (the path that ran: "cpu", "gpu" or "gpu-sim"),
         ``seconds``, ``gflops`` (5 N log2 N convention), ``bytes_moved``,
         ``fft_seconds``/``transpose_seconds`` (max over ranks; transpose is
         the rank's time outside local FFTs), its parts ``pack_seconds``
@@ -314,6 +315,7 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     for i, a in zip(infos, workers, strict=True):
         i["worker"] = a
     out.stats = {
+        "backend": infos[0]["backend"],
         "seconds": seconds,
         "gflops": plan.flops / seconds / 1e9,
         "bytes_moved": int(sum(i["bytes_sent"] for i in infos)),

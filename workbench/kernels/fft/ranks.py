@@ -57,7 +57,8 @@ def _fft_rank(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, dict]:
     if scale_pending:
         a *= plan.scale
     synchronize(a)
-    info = {"rank": comm.rank, "shape": tuple(int(n) for n in a.shape), "bytes_sent": int(comm.stats["bytes_sent"]),
+    info = {"rank": comm.rank, "backend": "cpu" if xp is np else "gpu", "shape": tuple(int(n) for n in a.shape),
+            "bytes_sent": int(comm.stats["bytes_sent"]),
             "bytes_pulled": int(comm.stats.get("bytes_pulled", 0)), "total_s": time.perf_counter() - t_start,
             **timers}
     info["transpose_s"] = max(0.0, info["total_s"] - timers["fft_s"] - timers["redistribute_s"])

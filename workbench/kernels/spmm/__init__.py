@@ -35,16 +35,18 @@ Examples
 >>> with wb.cluster(n_workers=2, quiet=True) as client:          # doctest: +SKIP
 ...     A = wb.data.rmat(10, seed=1)
 ...     B = np.random.default_rng(0).random((A.shape[1], 8))
-...     C, stats = wb.spmm(A, B, client=client, return_stats=True)
-...     np.allclose(np.asarray(C), A @ B), stats["gflops"] > 0
-(True, True)
+...     C = wb.spmm(A, B, client=client)
+...     np.allclose(np.asarray(C), A @ B), C.stats["backend"]
+(True, 'cpu')
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -69,7 +71,7 @@ ALGORITHMS = ("stationary-c", "stationary-a", "summa", "work-stealing")
 
 
 def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | None = None, client: Any = None,
-         return_stats: bool = False, seed: int = 0) -> Any:
+         return_stats: bool | None = None, seed: int = 0) -> Any:
     """Distributed ``A @ B`` for sparse A (m x n) and dense B (n x k).
 
     Parameters
@@ -86,28 +88,34 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
         Tile a host A over an R x C worker grid instead of 1-D row blocks.
     client : distributed.Client, optional
         Default: the current client.
-    return_stats : bool
-        Also return the stats dict: ``seconds`` (wall, launch to finish),
-        ``gflops`` (2 nnz k / seconds), ``effective_gbps`` and
-        ``traffic_bytes`` (model ``nnz (12 + 8k) + m k 8``), ``bytes_moved``
-        (worker-to-worker bytes), ``phases`` (per-rank seconds in
-        prepare/issue/fetch_wait/compute/accumulate/sync), ``phases_cpu``
-        (the same phases in the rank thread's CPU seconds: wall well above
-        CPU means the rank was waiting for a core), ``units``, ``steals``,
-        ``algorithm``, ``grid``.
+    return_stats : bool, optional
+        Deprecated (a ``DeprecationWarning``): the stats are ``C.stats``.
+        ``True`` still returns ``(C, C.stats)``.
     seed : int
         Seed of the work-stealing victim order.
 
     Returns
     -------
-    dask.array.Array, or (dask.array.Array, dict) with ``return_stats``
+    dask.array.Array
         C (m x k), its blocks left on the workers that computed them.
+        ``C.stats`` holds ``backend`` (the path that ran: "cpu", "gpu" or
+        "gpu-sim"), ``seconds`` (wall, launch to finish), ``gflops``
+        (2 nnz k / seconds), ``effective_gbps`` and ``traffic_bytes`` (model
+        ``nnz (12 + 8k) + m k 8``), ``bytes_moved`` (worker-to-worker bytes),
+        ``phases`` (per-rank seconds in
+        prepare/issue/fetch_wait/compute/accumulate/sync), ``phases_cpu``
+        (the same phases in the rank thread's CPU seconds: wall well above
+        CPU means the rank was waiting for a core), ``units``, ``steals``,
+        ``algorithm``, ``grid``.
 
     Examples
     --------
     >>> C = spmm(A, B, client=client)                                # doctest: +SKIP
-    >>> C, st = spmm(G, B, algorithm="work-stealing", return_stats=True)  # doctest: +SKIP
+    >>> C = spmm(G, B, algorithm="work-stealing")                    # doctest: +SKIP
+    >>> C.stats["gflops"] > 0                                        # doctest: +SKIP
+    True
     """
+    _warn_return_stats("spmm", return_stats)
     plan = _validate_spmm(A, B, algorithm, grid)
     client = default_client(client)
     t0 = time.perf_counter()
@@ -124,12 +132,11 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     C = _as_dask_array(blocks, lay, plan["dtype"])
-    if not return_stats:
-        return C
-    return C, _spmm_stats(infos, lay, plan, seconds)
+    C.stats = _spmm_stats(infos, lay, plan, seconds)
+    return (C, C.stats) if return_stats else C
 
 
-def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool = False) -> Any:
+def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = None) -> Any:
     """Distributed sparse ``A @ B`` (stationary-C with partial-sum accumulation).
 
     Rank i owns row block i of A and of C; for each row block l of B
@@ -141,14 +148,16 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool = False) ->
     A, B : scipy.sparse matrix or RowBlocks (kind "csr")
         m x n and n x p.  B's row blocks define the inner tiles.
     client : distributed.Client, optional
-    return_stats : bool
-        Also return the stats dict (``seconds``, ``bytes_moved``, ``nnz``,
-        ``phases``).
+    return_stats : bool, optional
+        Deprecated (a ``DeprecationWarning``): the stats are ``C.stats``.
+        ``True`` still returns ``(C, C.stats)``.
 
     Returns
     -------
-    SparseResult (or (SparseResult, dict))
+    SparseResult
         Row blocks of C on the workers; ``to_scipy()`` gathers it.
+        ``C.stats`` holds ``backend``, ``seconds``, ``bytes_moved``, ``nnz``,
+        ``phases`` and ``units``.
 
     Examples
     --------
@@ -156,6 +165,7 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool = False) ->
     >>> (C.to_scipy() != A @ A).nnz                              # doctest: +SKIP
     0
     """
+    _warn_return_stats("spgemm", return_stats)
     plan = _validate_spgemm(A, B)
     client = default_client(client)
     _warm_kernels()
@@ -176,14 +186,23 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool = False) ->
     nnz = sum(i["nnz"] for i in infos)
     out = SparseResult(parts, np.asarray(Ad.offsets), (A.shape[0], B.shape[1]), plan["dtype"], workers,
                        kind="csr", nnz=nnz)
-    if not return_stats:
-        return out
-    return out, {"seconds": seconds, "nnz": nnz, "bytes_moved": sum(i["bytes_sent"] for i in infos),
-                 "phases": [i["phases"] for i in infos], "units": sum(i["units"] for i in infos)}
+    out.stats = {"backend": infos[0]["backend"], "seconds": seconds, "nnz": nnz,
+                 "bytes_moved": sum(i["bytes_sent"] for i in infos), "phases": [i["phases"] for i in infos],
+                 "units": sum(i["units"] for i in infos)}
+    return (out, out.stats) if return_stats else out
 
 
+def _warn_return_stats(name: str, return_stats: bool | None) -> None:
+    if return_stats is not None:
+        warnings.warn(f"{name}(return_stats=...) is deprecated: the result carries its stats as .stats",
+                      DeprecationWarning, stacklevel=3)
+
+
+@dataclass
 class SparseResult(RowBlocks):
-    """Distributed CSR row blocks of an SpGEMM result."""
+    """Distributed CSR row blocks of an SpGEMM result, with the call's ``stats``."""
+
+    stats: dict = field(default_factory=dict)
 
     def to_scipy(self, client: Any = None) -> Any:
         """The whole result as one host ``scipy.sparse.csr_matrix``."""
@@ -431,7 +450,7 @@ def _spmm_stats(infos: list[dict], lay: _Layout, plan: dict, seconds: float) -> 
     m, _, k = plan["shape"]
     nnz = sum(i["nnz"] for i in infos)
     traffic = traffic_bytes(nnz, m, k)
-    return {"seconds": seconds, "rank_seconds": max(i["seconds"] for i in infos),
+    return {"backend": infos[0]["backend"], "seconds": seconds, "rank_seconds": max(i["seconds"] for i in infos),
             "gflops": 2.0 * nnz * k / seconds / 1e9, "traffic_bytes": traffic,
             "effective_gbps": traffic / seconds / 1e9, "bytes_moved": sum(i["bytes_sent"] for i in infos),
             "phases": [i["phases"] for i in infos], "phases_cpu": [i["phases_cpu"] for i in infos],

@@ -258,7 +258,8 @@ def _spmm_rank(comm: Any, rank_arg: tuple, lay: _Layout, algorithm: str, check_f
         raise
     nnz = sum(int(t[0].nnz) for key, t in store.a.items() if lay.owner_a(*key) == comm.rank)
     info = {"rank": comm.rank, "seconds": time.perf_counter() - t_start, "phases": clock.t, "phases_cpu": clock.cpu,
-            "bytes_sent": comm.stats["bytes_sent"] - sent0, "nnz": nnz, **counters}
+            "bytes_sent": comm.stats["bytes_sent"] - sent0, "nnz": nnz, "backend": "cpu" if xp is np else "gpu",
+            **counters}
     return C, info
 
 
@@ -455,7 +456,8 @@ def _spgemm_rank(comm: Any, rank_arg: tuple, lay: _Layout, check_finite: tuple) 
     except BaseException:
         _abort_own_box(comm)
         raise
-    return C, {"nnz": int(C.nnz), "bytes_sent": comm.stats["bytes_sent"] - sent0, "phases": clock.t, "units": L}
+    return C, {"nnz": int(C.nnz), "bytes_sent": comm.stats["bytes_sent"] - sent0, "phases": clock.t, "units": L,
+               "backend": "cpu" if namespace(a_blk) is np else "gpu"}
 
 
 # --------------------------------------------------------------------------
