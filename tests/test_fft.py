@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -205,6 +211,47 @@ def test_bad_inputs(clients):
         wb.fftn(x, decomposition="cube", client=client)
     with pytest.raises(ValueError, match="s has"):
         wb.fftn(x, s=(4, 4), axes=(0,), client=client)
+
+
+_BOX_CHECK = """
+import numpy as np
+from numba import config
+assert config.ENABLE_CUDASIM
+from workbench.kernels.fft import cuda as dev
+rng = np.random.default_rng(0)
+for shape, xax, yax in (((5, 6, 4), 0, 2), ((3, 4, 5, 2), 2, 1), ((6, 7), 1, 0)):
+    for dt in (np.complex128, np.float32):
+        src = rng.standard_normal(shape).astype(dt)
+        if dt == np.complex128:
+            src = src + 1j * rng.standard_normal(shape)
+        dshape = list(shape)
+        dshape[xax] += 2
+        dshape[yax] += 1
+        dst = np.zeros(dshape, dt)
+        ref = dst.copy()
+        sx, sy, dx, dy, nx, ny = 1, 1, 2, 0, shape[xax] - 1, shape[yax] - 2
+        p, q = min(xax, yax), max(xax, yax)
+        pq = (lambda x, y: (x, y)) if xax < yax else (lambda x, y: (y, x))
+        for scale in (1.0, 0.25):
+            sl_s = [slice(None)] * len(shape)
+            sl_s[xax], sl_s[yax] = slice(sx, sx + nx), slice(sy, sy + ny)
+            sl_d = [slice(None)] * len(shape)
+            sl_d[xax], sl_d[yax] = slice(dx, dx + nx), slice(dy, dy + ny)
+            ref[tuple(sl_d)] = src[tuple(sl_s)] * scale
+            dev._copy_box[2, 32](dev.box5(src, p, q), dev.box5(dst, p, q), *pq(sx, sy), *pq(dx, dy), *pq(nx, ny),
+                                 scale)
+            np.testing.assert_array_equal(dst, ref)
+print("boxes agree")
+"""
+
+
+def test_cuda_pack_unpack_kernel_matches_numpy_under_simulator():
+    # numba picks the simulator once per process, at import: a fresh interpreter with NUMBA_ENABLE_CUDASIM=1
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_BOX_CHECK)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "boxes agree" in out.stdout, out.stderr[-3000:]
 
 
 @pytest.mark.gpu

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -213,6 +219,42 @@ def test_bad_inputs(clients):
     Bd = wb.distribute(bad, client=client)
     with pytest.raises(ValueError, match="B contains NaN or infinite"):
         wb.spmm(A, Bd, client=client)
+
+
+_TWIN_CHECK = """
+import numpy as np, scipy.sparse as sp
+from numba import config
+assert config.ENABLE_CUDASIM
+from workbench.kernels.spmm import cpu, cuda as dev
+rng = np.random.default_rng(0)
+A0 = sp.random(23, 17, 0.2, format="lil", random_state=1, dtype=np.float64)
+A0[3, :] = 0  # an empty row
+A0 = A0.tocsr()
+for dt in (np.float64, np.float32):
+    A = A0.astype(dt)
+    B = rng.standard_normal((17, 5)).astype(dt)
+    for idx_dt in (np.int32, np.int64):
+        args = (A.indptr.astype(np.int64), A.indices.astype(idx_dt), A.data)
+        for acc in (False, True):
+            C0 = rng.standard_normal((23, 5)).astype(dt)
+            C_cpu, C_dev = C0.copy(), C0.copy()
+            cpu._spmm_nb(*args, B, C_cpu, acc, 16)
+            dev._spmm_nb[2, 32](*args, B, C_dev, acc, 16)
+            ref = (C0 if acc else 0) + A.toarray().astype(np.float64) @ B.astype(np.float64)
+            tol = 1e-12 if dt == np.float64 else 1e-5
+            np.testing.assert_allclose(C_dev, ref, rtol=tol, atol=tol)
+            np.testing.assert_allclose(C_dev, C_cpu, rtol=tol, atol=tol)
+print("twins agree")
+"""
+
+
+def test_cuda_row_kernel_matches_cpu_twin_under_simulator():
+    # numba picks the simulator once per process, at import: a fresh interpreter with NUMBA_ENABLE_CUDASIM=1
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_TWIN_CHECK)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "twins agree" in out.stdout, out.stderr[-3000:]
 
 
 @pytest.mark.gpu

@@ -1,5 +1,5 @@
-"""FFT's worker-local engines: FFTW (pyFFTW, with per-process wisdom), scipy.fft
-(pocketfft) and, on GPU workers, cupyx.scipy.fft (cuFFT)."""
+"""FFT's worker-local CPU engines: FFTW (pyFFTW, with per-process wisdom) and
+scipy.fft (pocketfft).  The device engine (cuFFT) is in :mod:`.cuda`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import namespace
 from .plan import _Stage
 
 #: Below this many elements per transform call FFTW_MEASURE costs more than it saves: its planning (0.1-2 s
@@ -27,10 +26,6 @@ _PLAN_LOCK = threading.Lock()
 def _fft_into(a: Any, out: Any, st: _Stage) -> None:
     """Transform ``a`` along ``st.axes`` into ``out`` (``out`` may be ``a``), unnormalised."""
     if a.size == 0:
-        return
-    xp = namespace(a)
-    if xp is not np:
-        _cupy_fft_into(a, out, st)
         return
     try:
         if _ENGINE == "scipy":
@@ -104,19 +99,4 @@ def _scipy_fft_into(a: np.ndarray, out: np.ndarray, st: _Stage) -> None:
     else:
         s = [a.shape[ax] for ax in st.axes[:-1]] + [st.n_out]
         r = sf.irfftn(a, s=s, axes=st.axes, norm="forward", workers=1, overwrite_x=True)
-    out[...] = r
-
-
-def _cupy_fft_into(a: Any, out: Any, st: _Stage) -> None:
-    import cupyx.scipy.fft as cf
-
-    if st.kind == "fwd":
-        r = cf.fftn(a, axes=st.axes)
-    elif st.kind == "bwd":
-        r = cf.ifftn(a, axes=st.axes, norm="forward")
-    elif st.kind == "r2c":
-        r = cf.rfftn(a, axes=st.axes)
-    else:
-        s = [a.shape[ax] for ax in st.axes[:-1]] + [st.n_out]
-        r = cf.irfftn(a, s=s, axes=st.axes, norm="forward")
     out[...] = r

@@ -152,7 +152,7 @@ def _local_stage(a: Any, owned: bool, st: _Stage, plan: FFTPlan) -> tuple[Any, b
         sl = [slice(None)] * a.ndim
         sl[cax] = slice(int(offs[c]), int(offs[c + 1]))
         sl = tuple(sl)
-        _fft_into(src[sl], out[sl], st)
+        _local_fft(src[sl], out[sl], st)
     return out, True
 
 
@@ -195,7 +195,7 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                 if buf is None or buf.shape != tuple(cshape):
                     buf = empty(tuple(cshape), out_dt, like=a)
                 tf = time.perf_counter()
-                _fft_into(part, buf, st)
+                _local_fft(part, buf, st)
                 timers["fft_s"] += time.perf_counter() - tf
                 done = buf
             else:
@@ -283,3 +283,14 @@ class _Sender:
         self.thread.join()
         if self.error is not None:
             raise self.error
+
+
+def _local_fft(a: Any, out: Any, st: _Stage) -> None:
+    """Transform ``a`` along ``st.axes`` into ``out``, unnormalised: cuFFT for device arrays
+    (:mod:`.cuda`, imported only then), FFTW or scipy.fft for host arrays."""
+    if namespace(a) is np:
+        _fft_into(a, out, st)
+    elif a.size:
+        from .cuda import _cupy_fft_into
+
+        _cupy_fft_into(a, out, st)
