@@ -221,6 +221,43 @@ def test_bad_inputs(clients):
         wb.spmm(A, Bd, client=client)
 
 
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_spmm_under_gpu_sim_matches_scipy_and_the_cpu_path(clients, n_workers):
+    """The device path (numba.cuda row kernel in the simulator, namespace tile splitter) on tiny inputs:
+    every schedule, both layouts, host and distributed inputs, float64, float32 and integer-valued data."""
+    A, B = _matrix(m=21, n=17), _dense(17, 3)
+    Ai, Bi = _matrix(m=21, n=17, integer=True), _dense(17, 3, integer=True)
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    cases = [(algorithm, grid) for algorithm in ALGORITHMS
+             for grid in [None] + ([(1, 2)] if n_workers == 2 else [])]
+
+    def run(client):
+        out = {}
+        for algorithm, grid in cases:
+            C = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client)
+            out[algorithm, grid] = (np.asarray(C), C.stats["backend"])
+        Ci = wb.spmm(Ai, Bi, client=client)
+        G = wb.distribute(A32, client=client)
+        C32 = wb.spmm(G, wb.distribute(B32, client=client), algorithm="work-stealing", client=client)
+        S = wb.spgemm(A, A.T.tocsr(), client=client)
+        return out, np.asarray(Ci), np.asarray(C32), S.to_scipy(client), {Ci.stats["backend"], S.stats["backend"]}
+
+    cpu = run(clients(n_workers))
+    sim = run(clients(n_workers, backend="gpu-sim"))
+    ref = A @ B
+    for key, (C, backend) in sim[0].items():
+        assert backend == "gpu-sim", key
+        np.testing.assert_allclose(C, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max(), err_msg=str(key))
+        np.testing.assert_allclose(C, cpu[0][key][0], rtol=1e-10, atol=1e-10 * np.abs(ref).max(), err_msg=str(key))
+        assert cpu[0][key][1] == "cpu"
+    np.testing.assert_array_equal(sim[1], Ai @ Bi)  # integer-valued: exact in any order, bitwise equal
+    np.testing.assert_array_equal(sim[1], cpu[1])
+    assert validate_spmm(A32, B32, sim[2])["ok"]
+    np.testing.assert_allclose(sim[2], cpu[2], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert abs(sim[3] - A @ A.T).max() <= 1e-12 * abs(A @ A.T).max()
+    assert sim[4] == {"gpu-sim"} and cpu[4] == {"cpu"}
+
+
 _TWIN_CHECK = """
 import numpy as np, scipy.sparse as sp
 from numba import config

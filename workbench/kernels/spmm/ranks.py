@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ... import comms
-from ...backend import empty, namespace, sparse_namespace
+from ...backend import device_kind, empty, launch, namespace, sparse_namespace, synchronize
 from .cpu import _FIXED_K, _PREFETCH_DIST, _finite_nb, _split_tiles_nb, _spmm_nb
 
 _PHASES = ("prepare", "issue", "fetch_wait", "compute", "accumulate", "sync")
@@ -85,7 +85,7 @@ def _prepare_rank_tiles(a_in: dict, lay: _Layout, rank: int) -> _PreparedA:
             # the row block holds global column ids: cut it into the L inner tiles at once
             for l, tile in enumerate(_split_tiles(blk, lay.koffs)):
                 local = lay.owner_b(l, 0) == rank
-                direct = local and namespace(tile[0].data) is np  # the CPU kernel's index into local B
+                direct = local  # the row kernels' index into the local B tile
                 tiles[(key[0], l)] = (*tile, _direct_index(tile) if direct else None)
         else:
             tiles[key] = (*_split_tiles(blk, np.array([0, blk.shape[1]]))[0], None)
@@ -159,7 +159,9 @@ class _Service:
                 msg = self.comm.recv(peer, tag=self.REQ)
                 if msg[0] == "stop":
                     return
-                self.comm.send(peer, self._answer(msg), tag=self.REP)
+                reply = self._answer(msg)
+                synchronize(reply)  # rows gathered on a GPU are ready before they are serialized
+                self.comm.send(peer, reply, tag=self.REP)
         except comms.CommsError:
             return  # the group is aborting; the main thread reports why
         except BaseException as e:  # surfaced by close()
@@ -256,10 +258,10 @@ def _spmm_rank(comm: Any, rank_arg: tuple, lay: _Layout, algorithm: str, check_f
     except BaseException:
         _abort_own_box(comm)
         raise
+    synchronize(C)  # device kernels run asynchronously: done before the task returns
     nnz = sum(int(t[0].nnz) for key, t in store.a.items() if lay.owner_a(*key) == comm.rank)
     info = {"rank": comm.rank, "seconds": time.perf_counter() - t_start, "phases": clock.t, "phases_cpu": clock.cpu,
-            "bytes_sent": comm.stats["bytes_sent"] - sent0, "nnz": nnz, "backend": "cpu" if xp is np else "gpu",
-            **counters}
+            "bytes_sent": comm.stats["bytes_sent"] - sent0, "nnz": nnz, "backend": device_kind(), **counters}
     return C, info
 
 
@@ -331,6 +333,7 @@ def _stationary_a(comm, store, shape, dtype, xp, clock, counters) -> Any:
                 with clock("compute"):
                     _multiply(a, b, ob == comm.rank, part, accumulate=False)
                 with clock("accumulate"):
+                    synchronize(part)  # the row kernel runs asynchronously on a GPU
                     comm.send(oc, part, tag=("acc", i, l, j))
             counters["units"] += 1
     # partial C(ci, cj) from every other owner of an A(ci, l)
@@ -403,6 +406,7 @@ def _work_stealing(comm, store, shape, dtype, xp, clock, counters, seed) -> Any:
         out = [None] * comm.size
         for (i, j), part in partials.items():
             out[lay.owner_c(i, j)] = part
+        synchronize(*partials.values())
         for part in comm.alltoallv(out):
             if part is not None:
                 C += part
@@ -457,7 +461,7 @@ def _spgemm_rank(comm: Any, rank_arg: tuple, lay: _Layout, check_finite: tuple) 
         _abort_own_box(comm)
         raise
     return C, {"nnz": int(C.nnz), "bytes_sent": comm.stats["bytes_sent"] - sent0, "phases": clock.t, "units": L,
-               "backend": "cpu" if namespace(a_blk) is np else "gpu"}
+               "backend": device_kind()}
 
 
 # --------------------------------------------------------------------------
@@ -480,7 +484,7 @@ def _all_finite(x: Any) -> bool:
     vals = x.data if hasattr(x, "indptr") else x
     if vals.dtype.kind != "f":
         return True
-    if namespace(vals) is np:
+    if namespace(vals) is np and device_kind() == "cpu":
         return bool(_finite_nb(np.ascontiguousarray(vals).reshape(-1)))
     return bool(namespace(vals).isfinite(vals).all())
 
@@ -495,7 +499,7 @@ def _split_tiles(blk: Any, koffs: np.ndarray) -> list[tuple]:
     sps = sparse_namespace(blk)
     blk = sps.csr_matrix(blk)
     m = blk.shape[0]
-    if namespace(blk.data) is np:
+    if namespace(blk.data) is np and device_kind() == "cpu":
         idx_dtype = np.int32 if blk.shape[1] < 2**31 else np.int64
         out_idx = np.empty(blk.nnz, idx_dtype)
         out_val = np.empty(blk.nnz, blk.data.dtype)
@@ -518,7 +522,8 @@ def _split_tiles_xp(indptr: Any, indices: Any, data: Any, koffs: Any) -> tuple:
     T = int(koffs.shape[0]) - 1
     n = int(koffs[-1])
     m = int(indptr.shape[0]) - 1
-    row_of = xp.repeat(xp.arange(m), xp.diff(indptr).astype(xp.int64))
+    # each nonzero's row (cupy's repeat takes no array of counts)
+    row_of = xp.searchsorted(indptr, xp.arange(indices.shape[0]), side="right") - 1
     idx = indices.astype(xp.int64)
     tile = xp.searchsorted(koffs, idx, side="right") - 1
     mark = xp.zeros(n, dtype=xp.int64)
@@ -552,30 +557,45 @@ def _multiply(a: tuple, b: Any, b_full: bool, C: Any, *, accumulate: bool) -> No
     """``C (+)= A_tile @ B``: ``b`` is the whole B tile (``b_full``, rows picked
     through the tile's row list) or just the rows the tile needs.
 
-    CPU: one pass of a numba kernel straight into ``C`` (no temporaries).
-    GPU: cupyx's CSR @ dense on the gathered rows.
+    CPU workers: one pass of the numba row kernel straight into ``C`` (no
+    temporaries).  GPU workers: cuSPARSE (cupyx's CSR @ dense) where it fits,
+    on the rows a peer sent in one dtype; else the numba.cuda row kernel,
+    which reads the local B tile in place through the tile's direct index
+    (no gather of B's rows) and takes mixed dtypes.  Simulated GPU workers
+    take the row kernel (their arrays are numpy).
     """
-    tile, rows = a[0], a[1]
-    if namespace(b) is np and namespace(C) is np:
-        if b_full:
-            idx = a[2] if len(a) > 2 and a[2] is not None else _direct_index(a)
+    tile = a[0]
+    kind = device_kind()
+    if kind == "gpu" and not b_full and _cusparse_fits(tile, b, C):
+        prod = tile @ b
+        if accumulate:
+            C += prod
         else:
-            idx = tile.indices
-        if idx.dtype != np.int32 and b.shape[0] < 2**31:
-            idx = idx.astype(np.int32)
-        indptr = tile.indptr if tile.indptr.dtype == np.int64 else tile.indptr.astype(np.int64)
-        data = tile.data if tile.data.dtype == C.dtype else tile.data.astype(C.dtype)
-        if b.dtype != C.dtype or not b.flags.c_contiguous:
-            b = np.ascontiguousarray(b, dtype=C.dtype)
+            C[...] = prod
+        return
+    xp = namespace(b, C)
+    if b_full:
+        idx = a[2] if len(a) > 2 and a[2] is not None else _direct_index(a)
+    else:
+        idx = tile.indices
+    if idx.dtype != xp.int32 and b.shape[0] < 2**31:
+        idx = idx.astype(xp.int32)
+    indptr = tile.indptr if tile.indptr.dtype == xp.int64 else tile.indptr.astype(xp.int64)
+    data = tile.data if tile.data.dtype == C.dtype else tile.data.astype(C.dtype)
+    if b.dtype != C.dtype or not b.flags.c_contiguous:
+        b = xp.ascontiguousarray(b, dtype=C.dtype)
+    if kind == "cpu":
         _FIXED_K.get(int(C.shape[1]), _spmm_nb)(indptr, idx, data, b, C, accumulate, _PREFETCH_DIST)
         return
-    xp = namespace(b)
-    bsub = xp.take(b, xp.asarray(rows), axis=0) if b_full else b
-    prod = tile @ bsub
-    if accumulate:
-        C += prod
-    else:
-        C[...] = prod
+    from . import cuda as dev
+
+    launch(dev._spmm_nb, int(C.shape[0]) * int(C.shape[1]), indptr, idx, data, b, C, accumulate, _PREFETCH_DIST)
+
+
+def _cusparse_fits(tile: Any, b: Any, C: Any) -> bool:
+    """cuSPARSE's SpMM takes one float dtype for A, B and C and int32 indices."""
+    return (tile.data.dtype == b.dtype == C.dtype and C.dtype.kind == "f" and tile.indices.dtype == np.int32
+            and tile.nnz > 0)
 
 
 # How many nonzeros ahead the CPU kernel prefetches B rows: B is read at random,
