@@ -213,6 +213,43 @@ def test_bad_inputs(clients):
         wb.fftn(x, s=(4, 4), axes=(0,), client=client)
 
 
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_gpu_sim_matches_numpy_and_the_cpu_path(clients, n_workers):
+    """The device path (transposes packed and placed by the numba.cuda box copy in the simulator) on tiny
+    inputs: slab and pencil layouts, all four transforms, a scaled norm, host and dask inputs."""
+    x = _data((6, 5, 7), seed=31)
+    xr = _data((6, 5, 7), seed=32, real=True)
+
+    def run(client):
+        out = {}
+        for dec in ("slab", "pencil"):
+            kw = {"decomposition": dec, "client": client}
+            F = wb.fftn(x, **kw)
+            out[dec, "fwd"] = (np.asarray(F), F.stats["backend"], F.stats["n_transposes"])
+            B = wb.ifftn(F, norm="ortho", **kw)  # in place on F's layout, scaled while packing
+            out[dec, "bwd"] = (np.asarray(B), B.stats["backend"], B.stats["n_transposes"])
+            R = wb.rfftn(xr, **kw)
+            out[dec, "r2c"] = (np.asarray(R), R.stats["backend"], R.stats["n_transposes"])
+            C = wb.irfftn(R, s=xr.shape, **kw)
+            out[dec, "c2r"] = (np.asarray(C), C.stats["backend"], C.stats["n_transposes"])
+        D = wb.fftn(da.from_array(x, chunks=(4, 3, 5)), client=client)  # redistributed on the workers
+        out["dask", "fwd"] = (np.asarray(D), D.stats["backend"], D.stats["n_transposes"])
+        return out
+
+    cpu = run(clients(n_workers))
+    sim = run(clients(n_workers, backend="gpu-sim"))
+    Fx = np.fft.fftn(x)
+    refs = {"fwd": Fx, "bwd": np.fft.ifftn(Fx, norm="ortho"), "r2c": np.fft.rfftn(xr), "c2r": xr}
+    for key, (got, backend, n_tr) in sim.items():
+        assert backend == "gpu-sim" and cpu[key][1] == "cpu", key
+        if n_workers > 1:
+            assert n_tr > 0, key  # the device transposes ran
+        ref = refs[key[1]]
+        scale = np.abs(ref).max()
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * scale, err_msg=str(key))
+        np.testing.assert_allclose(got, cpu[key][0], rtol=0, atol=1e-10 * scale, err_msg=str(key))
+
+
 _BOX_CHECK = """
 import numpy as np
 from numba import config

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import empty, namespace, synchronize
+from ...backend import device_kind, empty, launch, namespace, synchronize
 from ...partition import block_offsets
 from .cpu import _fft_into
 from .plan import FFTPlan, _rank_box, _rank_coords, _Stage
@@ -57,7 +57,7 @@ def _fft_rank(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, dict]:
     if scale_pending:
         a *= plan.scale
     synchronize(a)
-    info = {"rank": comm.rank, "backend": "cpu" if xp is np else "gpu", "shape": tuple(int(n) for n in a.shape),
+    info = {"rank": comm.rank, "backend": device_kind(), "shape": tuple(int(n) for n in a.shape),
             "bytes_sent": int(comm.stats["bytes_sent"]),
             "bytes_pulled": int(comm.stats.get("bytes_pulled", 0)), "total_s": time.perf_counter() - t_start,
             **timers}
@@ -172,6 +172,10 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
     slice_bytes = math.prod(mid_shape) // max(1, mid_shape[xax]) * np.dtype(out_dt).itemsize
     scale = plan.scale if scale_pending else 1.0
     xp = namespace(a)
+    # device workers pack and place with the numba.cuda box copy (cuda.py); CPU workers slice with numpy
+    dev = None
+    if device_kind() != "cpu":
+        from . import cuda as dev
 
     def chunking(extent: int) -> np.ndarray:
         return block_offsets(extent, _n_chunks(extent, slice_bytes, plan.overlap, True))
@@ -182,6 +186,8 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
     sender = _Sender(sub) if plan.overlap and p > 1 else None
     tag0 = ("fft-t", k)
     src = a if owned or st.kind != "c2r" else a.copy()
+    if dev is not None and not src.flags.c_contiguous:
+        src = xp.ascontiguousarray(src)
     buf = None
     try:
         for c in range(len(my_chunks) - 1):
@@ -197,15 +203,26 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                 tf = time.perf_counter()
                 _local_fft(part, buf, st)
                 timers["fft_s"] += time.perf_counter() - tf
-                done = buf
+                done, done_x = buf, 0
             else:
-                done = part
+                done, done_x = part, lo
             tp = time.perf_counter()
             for dst in range(p):
                 ysl = [slice(None)] * a.ndim
                 ysl[yax] = slice(int(y_offs[dst]), int(y_offs[dst + 1]))
                 piece = done[tuple(ysl)]
-                if dst == me:
+                if dev is not None:
+                    # the box (this chunk along x, rank dst's part of y) of the whole contiguous array
+                    base = buf if done is buf else src
+                    box = (hi - lo, int(y_offs[dst + 1] - y_offs[dst]))
+                    if dst == me:
+                        _copy_box(dev, base, (done_x, int(y_offs[dst])), new, (int(x_offs[me]) + lo, 0), box,
+                                  xax, yax, scale)
+                        continue
+                    packed = empty(piece.shape, out_dt, like=a)
+                    _copy_box(dev, base, (done_x, int(y_offs[dst])), packed, (0, 0), box, xax, yax, scale)
+                    synchronize(packed)  # the kernel is asynchronous on a GPU; the sender serializes packed
+                elif dst == me:
                     tsl = [slice(None)] * a.ndim
                     tsl[xax] = slice(int(x_offs[me]) + lo, int(x_offs[me]) + hi)
                     if scale != 1.0:
@@ -213,11 +230,12 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                     else:
                         new[tuple(tsl)] = piece
                     continue
-                packed = empty(piece.shape, out_dt, like=a)
-                if scale != 1.0:
-                    xp.multiply(piece, scale, out=packed)
                 else:
-                    packed[...] = piece
+                    packed = empty(piece.shape, out_dt, like=a)
+                    if scale != 1.0:
+                        xp.multiply(piece, scale, out=packed)
+                    else:
+                        packed[...] = piece
                 tw = time.perf_counter()
                 timers["pack_s"] += tw - tp
                 if sender is not None:
@@ -238,9 +256,14 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
                 piece = sub.recv(src_rank, tag=(*tag0, c))
                 tp = time.perf_counter()
                 timers["wait_s"] += tp - tw
-                tsl = [slice(None)] * a.ndim
-                tsl[xax] = slice(int(x_offs[src_rank] + their[c]), int(x_offs[src_rank] + their[c + 1]))
-                new[tuple(tsl)] = piece
+                x0 = int(x_offs[src_rank] + their[c])
+                if dev is not None:
+                    piece = xp.ascontiguousarray(piece)
+                    _copy_box(dev, piece, (0, 0), new, (x0, 0), (piece.shape[xax], piece.shape[yax]), xax, yax, 1.0)
+                else:
+                    tsl = [slice(None)] * a.ndim
+                    tsl[xax] = slice(x0, int(x_offs[src_rank] + their[c + 1]))
+                    new[tuple(tsl)] = piece
                 timers["place_s"] += time.perf_counter() - tp
     finally:
         if sender is not None:
@@ -248,6 +271,22 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
             sender.close()
             timers["wait_s"] += time.perf_counter() - tw
     return new
+
+
+def _copy_box(dev: Any, src: Any, s_xy: tuple[int, int], dst: Any, d_xy: tuple[int, int], n_xy: tuple[int, int],
+              xax: int, yax: int, scale: float) -> None:
+    """``dst[box at d_xy] = scale * src[box at s_xy]``, the box ``n_xy`` long along (xax, yax) and whole
+    along every other axis, with the device kernel (both arrays C-contiguous; asynchronous on a GPU)."""
+    p, q = min(xax, yax), max(xax, yax)
+
+    def order(xy: tuple[int, int]) -> tuple[int, int]:
+        return (int(xy[0]), int(xy[1])) if xax < yax else (int(xy[1]), int(xy[0]))
+
+    (s1, s3), (d1, d3), (n1, n3) = order(s_xy), order(d_xy), order(n_xy)
+    d5 = dev.box5(dst, p, q)
+    n = d5.shape[0] * n1 * d5.shape[2] * n3 * d5.shape[4]
+    if n:
+        launch(dev._copy_box, n, dev.box5(src, p, q), d5, s1, s3, d1, d3, n1, n3, float(scale))
 
 
 class _Sender:
