@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import dask.array as da
 import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.kernels.fft import validate_fft
+from workbench.kernels.fft import distributed_random, validate_fft
 
 WORKERS = (1, 2, 3, 4)
 
@@ -29,6 +35,7 @@ def test_3d_matches_numpy(clients, n_workers, decomposition):
     kw = {"decomposition": decomposition, "client": client}
     F = wb.fftn(x, **kw)
     assert isinstance(F, da.Array) and F.dtype == np.complex128
+    assert F.stats["backend"] == "cpu"
     validate_fft(F, x, "fwd")
     validate_fft(wb.ifftn(x, **kw), x, "bwd")
     R = wb.rfftn(xr, **kw)
@@ -78,8 +85,10 @@ def test_pipelined_transpose_with_recycled_buffers(clients, n_workers):
     """Large enough for several pipelined chunks whose pieces take the same-host path and reuse send buffers;
     extents that split unevenly over the workers and the chunks."""
     client = clients(n_workers)
-    x = _data((67, 129, 130), seed=17)  # 17 MiB: >= 4 chunks, pieces of about 1-2 MiB
-    xd = client.persist(da.from_array(x, chunks=(-(-67 // n_workers), 129, 130)))
+    # 17 MiB, generated in slabs on the workers (a host array would travel inside the graph): >= 4 chunks,
+    # pieces of about 1-2 MiB
+    xd = distributed_random((67, 129, 130), client, seed=17)
+    x = xd.compute()
     F = wb.fftn(xd, client=client)
     assert F.stats["bytes_moved"] > 0 and not F.stats["input_redistributed"]
     validate_fft(F, x, "fwd")
@@ -91,7 +100,7 @@ def test_pipelined_transpose_with_recycled_buffers(clients, n_workers):
 
 
 def _set_engine(name):
-    import workbench.kernels.fft as f
+    import workbench.kernels.fft.cpu as f
 
     f._ENGINE = name
 
@@ -202,6 +211,84 @@ def test_bad_inputs(clients):
         wb.fftn(x, decomposition="cube", client=client)
     with pytest.raises(ValueError, match="s has"):
         wb.fftn(x, s=(4, 4), axes=(0,), client=client)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_gpu_sim_matches_numpy_and_the_cpu_path(clients, n_workers):
+    """The device path (transposes packed and placed by the numba.cuda box copy in the simulator) on tiny
+    inputs: slab and pencil layouts, all four transforms, a scaled norm, host and dask inputs."""
+    x = _data((6, 5, 7), seed=31)
+    xr = _data((6, 5, 7), seed=32, real=True)
+
+    def run(client):
+        out = {}
+        for dec in ("slab", "pencil"):
+            kw = {"decomposition": dec, "client": client}
+            F = wb.fftn(x, **kw)
+            out[dec, "fwd"] = (np.asarray(F), F.stats["backend"], F.stats["n_transposes"])
+            B = wb.ifftn(F, norm="ortho", **kw)  # in place on F's layout, scaled while packing
+            out[dec, "bwd"] = (np.asarray(B), B.stats["backend"], B.stats["n_transposes"])
+            R = wb.rfftn(xr, **kw)
+            out[dec, "r2c"] = (np.asarray(R), R.stats["backend"], R.stats["n_transposes"])
+            C = wb.irfftn(R, s=xr.shape, **kw)
+            out[dec, "c2r"] = (np.asarray(C), C.stats["backend"], C.stats["n_transposes"])
+        D = wb.fftn(da.from_array(x, chunks=(4, 3, 5)), client=client)  # redistributed on the workers
+        out["dask", "fwd"] = (np.asarray(D), D.stats["backend"], D.stats["n_transposes"])
+        return out
+
+    cpu = run(clients(n_workers))
+    sim = run(clients(n_workers, backend="gpu-sim"))
+    Fx = np.fft.fftn(x)
+    refs = {"fwd": Fx, "bwd": np.fft.ifftn(Fx, norm="ortho"), "r2c": np.fft.rfftn(xr), "c2r": xr}
+    for key, (got, backend, n_tr) in sim.items():
+        assert backend == "gpu-sim" and cpu[key][1] == "cpu", key
+        if n_workers > 1:
+            assert n_tr > 0, key  # the device transposes ran
+        ref = refs[key[1]]
+        scale = np.abs(ref).max()
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * scale, err_msg=str(key))
+        np.testing.assert_allclose(got, cpu[key][0], rtol=0, atol=1e-10 * scale, err_msg=str(key))
+
+
+_BOX_CHECK = """
+import numpy as np
+from numba import config
+assert config.ENABLE_CUDASIM
+from workbench.kernels.fft import cuda as dev
+rng = np.random.default_rng(0)
+for shape, xax, yax in (((5, 6, 4), 0, 2), ((3, 4, 5, 2), 2, 1), ((6, 7), 1, 0)):
+    for dt in (np.complex128, np.float32):
+        src = rng.standard_normal(shape).astype(dt)
+        if dt == np.complex128:
+            src = src + 1j * rng.standard_normal(shape)
+        dshape = list(shape)
+        dshape[xax] += 2
+        dshape[yax] += 1
+        dst = np.zeros(dshape, dt)
+        ref = dst.copy()
+        sx, sy, dx, dy, nx, ny = 1, 1, 2, 0, shape[xax] - 1, shape[yax] - 2
+        p, q = min(xax, yax), max(xax, yax)
+        pq = (lambda x, y: (x, y)) if xax < yax else (lambda x, y: (y, x))
+        for scale in (1.0, 0.25):
+            sl_s = [slice(None)] * len(shape)
+            sl_s[xax], sl_s[yax] = slice(sx, sx + nx), slice(sy, sy + ny)
+            sl_d = [slice(None)] * len(shape)
+            sl_d[xax], sl_d[yax] = slice(dx, dx + nx), slice(dy, dy + ny)
+            ref[tuple(sl_d)] = src[tuple(sl_s)] * scale
+            dev._copy_box[2, 32](dev.box5(src, p, q), dev.box5(dst, p, q), *pq(sx, sy), *pq(dx, dy), *pq(nx, ny),
+                                 scale)
+            np.testing.assert_array_equal(dst, ref)
+print("boxes agree")
+"""
+
+
+def test_cuda_pack_unpack_kernel_matches_numpy_under_simulator():
+    # numba picks the simulator once per process, at import: a fresh interpreter with NUMBA_ENABLE_CUDASIM=1
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_BOX_CHECK)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "boxes agree" in out.stdout, out.stderr[-3000:]
 
 
 @pytest.mark.gpu

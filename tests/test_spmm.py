@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -40,11 +46,13 @@ def test_spmm_every_algorithm_matches_scipy(clients, n_workers):
     for algorithm in ALGORITHMS:
         for grid, k in zip(layouts, [3, 1, 2], strict=False):
             B = _dense(A.shape[1], k)
-            C, stats = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client, return_stats=True)
+            C = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client)
+            stats = C.stats
             assert C.shape == (A.shape[0], k)
             res = validate_spmm(A, B, C, rtol=1e-12)
             assert res["ok"], (algorithm, grid, k, res)
             assert stats["algorithm"] == algorithm and stats["n_workers"] == n_workers
+            assert stats["backend"] == "cpu"
             assert stats["nnz"] == A.nnz
             if n_workers > 1 and algorithm != "summa":
                 assert stats["bytes_moved"] > 0
@@ -73,7 +81,8 @@ def test_spmm_identical_across_worker_counts_and_every_worker_works(clients):
     for n_workers in (1, 2, 3, 4):
         client = clients(n_workers)
         for algorithm in ALGORITHMS:
-            C, stats = wb.spmm(A, B, algorithm=algorithm, client=client, return_stats=True)
+            C = wb.spmm(A, B, algorithm=algorithm, client=client)
+            stats = C.stats
             np.testing.assert_array_equal(np.asarray(C), ref)
             assert all(u > 0 for u in stats["units"]), (algorithm, stats["units"])
             assert len(stats["phases"]) == n_workers
@@ -103,7 +112,8 @@ def test_spmm_rmat_distributed_generator(clients):
     G = wb.data.rmat_distributed(8, seed=3, client=client)
     A = wb.data.rmat(8, seed=3)
     B = _dense(A.shape[0], 8)
-    C, stats = wb.spmm(G, B, client=client, return_stats=True)
+    C = wb.spmm(G, B, client=client)
+    stats = C.stats
     np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
     assert stats["effective_gbps"] > 0 and stats["gflops"] > 0
     # only the B rows a block touches travel: strictly less than the remote half of B
@@ -138,13 +148,31 @@ def test_spgemm_matches_scipy(clients, n_workers):
     client = clients(n_workers)
     A = _matrix(m=40, n=33)
     B = _matrix(m=33, n=27, seed=5).tocsr()
-    C, stats = wb.spgemm(A, B, client=client, return_stats=True)
+    C = wb.spgemm(A, B, client=client)
+    stats = C.stats
     got = C.to_scipy(client)
     ref = (A @ B).tocsr()
     assert got.shape == ref.shape
     assert abs(got - ref).max() <= 1e-12 * abs(ref).max()
     assert C.nnz == got.nnz
     assert stats["units"] == n_workers * n_workers
+    assert stats["backend"] == "cpu" and stats["nnz"] == ref.nnz
+
+
+def test_return_stats_is_a_deprecated_alias(clients):
+    client = clients(2)
+    A = _matrix()
+    B = _dense(A.shape[1], 3)
+    with pytest.warns(DeprecationWarning, match="return_stats"):
+        C, stats = wb.spmm(A, B, client=client, return_stats=True)
+    assert stats is C.stats and stats["backend"] == "cpu"
+    np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+    with pytest.warns(DeprecationWarning, match="return_stats"):
+        C = wb.spmm(A, B, client=client, return_stats=False)
+    assert C.stats["nnz"] == A.nnz
+    with pytest.warns(DeprecationWarning, match="return_stats"):
+        S, stats = wb.spgemm(A, A.T.tocsr(), client=client, return_stats=True)
+    assert stats is S.stats and S.nnz == (A @ A.T).nnz
 
 
 def test_split_tiles_array_namespace_form_matches_numba():
@@ -191,6 +219,79 @@ def test_bad_inputs(clients):
     Bd = wb.distribute(bad, client=client)
     with pytest.raises(ValueError, match="B contains NaN or infinite"):
         wb.spmm(A, Bd, client=client)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_spmm_under_gpu_sim_matches_scipy_and_the_cpu_path(clients, n_workers):
+    """The device path (numba.cuda row kernel in the simulator, namespace tile splitter) on tiny inputs:
+    every schedule, both layouts, host and distributed inputs, float64, float32 and integer-valued data."""
+    A, B = _matrix(m=21, n=17), _dense(17, 3)
+    Ai, Bi = _matrix(m=21, n=17, integer=True), _dense(17, 3, integer=True)
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    cases = [(algorithm, grid) for algorithm in ALGORITHMS
+             for grid in [None] + ([(1, 2)] if n_workers == 2 else [])]
+
+    def run(client):
+        out = {}
+        for algorithm, grid in cases:
+            C = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client)
+            out[algorithm, grid] = (np.asarray(C), C.stats["backend"])
+        Ci = wb.spmm(Ai, Bi, client=client)
+        G = wb.distribute(A32, client=client)
+        C32 = wb.spmm(G, wb.distribute(B32, client=client), algorithm="work-stealing", client=client)
+        S = wb.spgemm(A, A.T.tocsr(), client=client)
+        return out, np.asarray(Ci), np.asarray(C32), S.to_scipy(client), {Ci.stats["backend"], S.stats["backend"]}
+
+    cpu = run(clients(n_workers))
+    sim = run(clients(n_workers, backend="gpu-sim"))
+    ref = A @ B
+    for key, (C, backend) in sim[0].items():
+        assert backend == "gpu-sim", key
+        np.testing.assert_allclose(C, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max(), err_msg=str(key))
+        np.testing.assert_allclose(C, cpu[0][key][0], rtol=1e-10, atol=1e-10 * np.abs(ref).max(), err_msg=str(key))
+        assert cpu[0][key][1] == "cpu"
+    np.testing.assert_array_equal(sim[1], Ai @ Bi)  # integer-valued: exact in any order, bitwise equal
+    np.testing.assert_array_equal(sim[1], cpu[1])
+    assert validate_spmm(A32, B32, sim[2])["ok"]
+    np.testing.assert_allclose(sim[2], cpu[2], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert abs(sim[3] - A @ A.T).max() <= 1e-12 * abs(A @ A.T).max()
+    assert sim[4] == {"gpu-sim"} and cpu[4] == {"cpu"}
+
+
+_TWIN_CHECK = """
+import numpy as np, scipy.sparse as sp
+from numba import config
+assert config.ENABLE_CUDASIM
+from workbench.kernels.spmm import cpu, cuda as dev
+rng = np.random.default_rng(0)
+A0 = sp.random(23, 17, 0.2, format="lil", random_state=1, dtype=np.float64)
+A0[3, :] = 0  # an empty row
+A0 = A0.tocsr()
+for dt in (np.float64, np.float32):
+    A = A0.astype(dt)
+    B = rng.standard_normal((17, 5)).astype(dt)
+    for idx_dt in (np.int32, np.int64):
+        args = (A.indptr.astype(np.int64), A.indices.astype(idx_dt), A.data)
+        for acc in (False, True):
+            C0 = rng.standard_normal((23, 5)).astype(dt)
+            C_cpu, C_dev = C0.copy(), C0.copy()
+            cpu._spmm_nb(*args, B, C_cpu, acc, 16)
+            dev._spmm_nb[2, 32](*args, B, C_dev, acc, 16)
+            ref = (C0 if acc else 0) + A.toarray().astype(np.float64) @ B.astype(np.float64)
+            tol = 1e-12 if dt == np.float64 else 1e-5
+            np.testing.assert_allclose(C_dev, ref, rtol=tol, atol=tol)
+            np.testing.assert_allclose(C_dev, C_cpu, rtol=tol, atol=tol)
+print("twins agree")
+"""
+
+
+def test_cuda_row_kernel_matches_cpu_twin_under_simulator():
+    # numba picks the simulator once per process, at import: a fresh interpreter with NUMBA_ENABLE_CUDASIM=1
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_TWIN_CHECK)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and "twins agree" in out.stdout, out.stderr[-3000:]
 
 
 @pytest.mark.gpu

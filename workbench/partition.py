@@ -822,16 +822,20 @@ def as_row_blocks(obj: Any, client: Any = None, *, kind: str | None = None) -> R
 # Properties checked once per container
 # --------------------------------------------------------------------------
 
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+def splitmix64(z: Any) -> Any:
+    """splitmix64's finalizer over a uint64 array (numpy or cupy): a well-mixed 64-bit word per input,
+    the hash every rank computes alike (edge hashes here, coloring's tie-break priorities)."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def _edge_hash(xp: Any, rows: Any, cols: Any) -> Any:
-    """splitmix64 of the ordered pair (row, col): a different 64-bit word per pair."""
-    z = rows.astype(xp.uint64) * _GOLDEN + cols.astype(xp.uint64)
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
+    """A different 64-bit word per ordered pair (row, col)."""
+    with np.errstate(over="ignore"):
+        return splitmix64(splitmix64(rows.astype(xp.uint64)) + cols.astype(xp.uint64))
 
 
 def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]:

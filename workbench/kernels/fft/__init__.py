@@ -36,32 +36,23 @@ from __future__ import annotations
 
 import math
 import operator
-import queue
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ... import comms
-from ...backend import empty, namespace, synchronize
+from ...backend import namespace
 from ...cluster import default_client, worker_addresses
-from ...partition import block_offsets, grid_shape
+from ...partition import block_offsets
+from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
+from .ranks import _fft_rank
 
 __all__ = ["fftn", "ifftn", "rfftn", "irfftn", "validate_fft", "distributed_random", "FFTPlan"]
 
 _NORMS = (None, "backward", "ortho", "forward")
 _DECOMPOSITIONS = ("auto", "slab", "pencil")
-#: Target bytes of one pipelined transpose chunk (per destination piece roughly chunk/p).
-_CHUNK_BYTES = 64 << 20
-_MAX_CHUNKS = 16
-#: Below this many elements per transform call FFTW_MEASURE costs more than it saves: its planning (0.1-2 s
-#: per new shape, stride and alignment; seconds for non-power-of-two lengths) dwarfs the transforms a call
-#: makes, so ESTIMATE plans win there even though they run slower.
-#: Above it MEASURE plans run 3-5x faster than ESTIMATE ones (512^2 planes, strided axis-0 batches).
-_MEASURE_MIN = 1 << 20
 #: Host inputs up to this size travel inside the task instead of a separate scatter.
 _EMBED_BYTES = 1 << 20
 
@@ -101,6 +92,7 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
     dask.array.Array
         The transform, left distributed on the workers in the layout of the
         last transpose; ``np.asarray`` brings it home.  ``.stats`` holds
+        ``backend`` (the path that ran: "cpu", "gpu" or "gpu-sim"),
         ``seconds``, ``gflops`` (5 N log2 N convention), ``bytes_moved``,
         ``fft_seconds``/``transpose_seconds`` (max over ranks; transpose is
         the rank's time outside local FFTs), its parts ``pack_seconds``
@@ -153,11 +145,22 @@ def validate_fft(result: Any, x: Any, kind: str = "fwd", *, s: Any = None, axes:
                  rtol: float = 1e-10) -> float:
     """Relative L2 error of ``result`` against ``numpy.fft`` on host ``x`` (the oracle).
 
-    ``kind`` is "fwd", "bwd", "r2c" or "c2r".  Raises ``AssertionError`` when
-    the shapes differ or the error exceeds ``rtol``; returns the error.
+    ``kind`` is "fwd", "bwd", "r2c" or "c2r".  ``s`` without ``axes`` means
+    the last ``len(s)`` axes, as in :func:`fftn`.  Raises ``AssertionError``
+    when the shapes differ or the error exceeds ``rtol``; returns the error.
+
+    Examples
+    --------
+    >>> x = np.arange(8.0).reshape(2, 4)
+    >>> validate_fft(np.fft.fftn(x, s=(2, 6), axes=(0, 1)), x, "fwd", s=(2, 6)) < 1e-15
+    True
     """
+    x = np.asarray(x)
+    if s is not None and axes is None:
+        # numpy >= 2 deprecates s without axes; spell out the axes it has always meant
+        axes = tuple(range(x.ndim - len(s), x.ndim))
     ref = {"fwd": np.fft.fftn, "bwd": np.fft.ifftn, "r2c": np.fft.rfftn, "c2r": np.fft.irfftn}[kind](
-        np.asarray(x), s=s, axes=axes, norm=norm)
+        x, s=s, axes=axes, norm=norm)
     got = np.asarray(result)
     if got.shape != ref.shape:
         raise AssertionError(f"shape {got.shape} != numpy's {ref.shape}")
@@ -193,47 +196,8 @@ def distributed_random(shape: Sequence[int], client: Any = None, *, dtype: Any =
 
 
 # --------------------------------------------------------------------------
-# Validation and planning (client side, before any work is sent)
+# Validation (client side, before any work is sent)
 # --------------------------------------------------------------------------
-
-
-@dataclass
-class _Stage:
-    """One local FFT over ``axes`` then, optionally, a transpose in grid dim ``g``."""
-
-    axes: tuple[int, ...]
-    kind: str                     # "fwd" | "bwd" | "r2c" | "c2r" | "" (no FFT)
-    n_out: int | None             # c2r output length along the last axis
-    in_shape: tuple[int, ...]     # global shapes
-    out_shape: tuple[int, ...]
-    transpose: tuple[int, int, int] | None = None   # (g, x, y): x becomes whole, y split over grid dim g
-
-
-@dataclass
-class FFTPlan:
-    """The client-side schedule every rank follows (small; shipped to the workers).
-
-    ``layouts[k]`` is the distribution before stage k (and ``layouts[-1]`` the
-    output): per grid dimension, ``(axis, offsets)``.
-    """
-
-    kind: str
-    grid: tuple[int, ...]
-    stages: list[_Stage]
-    layouts: list[list[tuple[int, np.ndarray]]]
-    in_dtype: np.dtype
-    work_dtype: np.dtype
-    out_dtype: np.dtype
-    out_shape: tuple[int, ...]
-    scale: float
-    overlap: bool
-    decomposition: str
-    flops: float
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def n_transposes(self) -> int:
-        return sum(st.transpose is not None for st in self.stages)
 
 
 def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: Any, grid: Any,
@@ -321,157 +285,6 @@ def _crop_pad(x: Any, want: tuple[int, ...]) -> Any:
     return x
 
 
-def _plan(kind: str, shape: tuple[int, ...], axes: tuple[int, ...], s: Any, dist0: tuple[int, ...],
-          offsets0: list[np.ndarray] | None, grid: tuple[int, ...]) -> tuple[list[_Stage], list] | None:
-    """Stages and layouts from layout ``dist0``; None when no schedule exists from it."""
-    ndim = len(shape)
-    d = len(grid)
-    special = axes[-1] if kind in ("r2c", "c2r") else None
-    if kind == "r2c" and special in dist0:
-        return None
-    dist = list(dist0)
-    cur = list(shape)
-    offs = list(offsets0) if offsets0 is not None else [block_offsets(cur[a], p) for a, p in zip(dist, grid,
-                                                                                                  strict=True)]
-    layouts = [list(zip(dist, offs, strict=True))]
-    pending = list(axes)
-    stages: list[_Stage] = []
-
-    def local() -> None:
-        doable = [a for a in pending if a not in dist]
-        if kind == "c2r" and special in doable and any(a not in doable for a in pending):
-            doable.remove(special)  # the c2r axis goes last, after every c2c axis
-        in_shape = tuple(cur)
-        if kind == "r2c" and special in doable:
-            doable = [a for a in doable if a != special] + [special]
-            cur[special] = cur[special] // 2 + 1
-            sk = "r2c"
-        elif kind == "c2r" and special in doable:
-            doable = [a for a in doable if a != special] + [special]
-            cur[special] = s[-1] if s is not None else 2 * (cur[special] - 1)
-            sk = "c2r"
-        else:
-            sk = "bwd" if kind in ("bwd", "c2r") else "fwd"
-        for a in doable:
-            pending.remove(a)
-        n_out = cur[special] if sk == "c2r" else None
-        stages.append(_Stage(tuple(doable), sk if doable else "", n_out, in_shape, tuple(cur)))
-
-    local()
-    guard = 0
-    while pending:
-        guard += 1
-        if guard > 4 * ndim + 4:
-            return None
-        g = next(g for g in reversed(range(d)) if dist[g] in pending)
-        x = dist[g]
-        ys = [a for a in range(ndim) if a not in dist]
-        if not ys:
-            return None
-        good = [a for a in ys if not (kind == "c2r" and a == special)] or ys
-        fit = [a for a in good if cur[a] >= grid[g]] or good
-        y = fit[0]
-        stages[-1].transpose = (g, x, y)
-        dist[g] = y
-        offs[g] = block_offsets(cur[y], grid[g])
-        layouts.append(list(zip(dist, offs, strict=True)))
-        local()
-    return stages, layouts
-
-
-def _fits(stages: list[_Stage], layouts: list, grid: tuple[int, ...]) -> bool:
-    return all(len(offs) - 1 == p and np.all(np.diff(offs) > 0)
-               for lay in layouts for (_, offs), p in zip(lay, grid, strict=True))
-
-
-def _default_dist(ndim: int, axes: tuple[int, ...], kind: str, d: int) -> tuple[int, ...]:
-    special = axes[-1] if kind in ("r2c", "c2r") else None
-    order = [a for a in range(ndim) if a not in axes] + [a for a in axes if a != special]
-    if special is not None and kind == "c2r":
-        order.append(special)
-    return tuple(order[:d])
-
-
-def _make_plan(kind: str, x: Any, axes: tuple[int, ...], s: Any, norm: Any, decomposition: str,
-               grid: Any, n_workers: int, out_dtype: np.dtype, overlap: bool) -> tuple[FFTPlan, bool]:
-    """Choose the grid and schedule; returns (plan, input chunks usable as rank blocks)."""
-    import dask.array as da
-
-    shape = tuple(int(n) for n in x.shape)
-    ndim = len(shape)
-    P = n_workers
-    if grid is not None:
-        grids = [grid if decomposition != "slab" else (grid[0],)]
-    elif decomposition == "slab":
-        grids = [(P,)]
-    elif decomposition == "pencil":
-        grids = [grid_shape(P)]
-    else:
-        grids = [(P,), grid_shape(P)] if ndim >= 3 else [(P,)]
-    if decomposition == "pencil" or (grid is not None and len(grids[0]) == 2):
-        if ndim < 3:
-            raise ValueError(f"decomposition='pencil' needs an array with at least 3 dimensions, got {ndim}")
-
-    chosen = fallback = None
-    for gr in grids:
-        d = len(gr)
-        if ndim <= d and len(axes) == ndim:
-            continue
-        candidates: list[tuple[tuple[int, ...], list | None, bool]] = []
-        if isinstance(x, da.Array):
-            import itertools
-            nb = x.numblocks
-            for dist in itertools.permutations(range(ndim), d):
-                if all(nb[a] == (gr[dist.index(a)] if a in dist else 1) for a in range(ndim)):
-                    offs = [np.concatenate([[0], np.cumsum(x.chunks[a])]).astype(np.int64) for a in dist]
-                    candidates.append((dist, offs, True))
-        candidates.append((_default_dist(ndim, axes, kind, d), None, False))
-        for dist, offs, native in candidates:
-            res = _plan(kind, shape, axes, s, dist, offs, gr)
-            if res is None:
-                continue
-            if _fits(*res, gr):
-                chosen = (gr, dist, res, native)
-                break
-            if fallback is None and not native:
-                fallback = (gr, dist, res, native)
-        if chosen is not None:
-            break
-    if chosen is None and fallback is not None:
-        if decomposition != "auto" or grid is not None:
-            raise ValueError(f"grid {fallback[0]} does not fit shape {shape} for axes {axes}: "
-                             "some worker would hold no data along a split axis")
-        chosen = fallback  # tiny arrays: some ranks hold empty blocks
-    if chosen is None:
-        # a 1-D transform has no slab/pencil schedule: it runs on a single rank (no four-step FFT here)
-        res = _plan(kind, shape, axes, s, (), [], ())
-        chosen = ((), (), res, False)
-    gr, dist, (stages, layouts), native = chosen
-
-    in_dtype = np.dtype(x.dtype)
-    if kind == "r2c":
-        work = np.dtype(np.float32 if out_dtype == np.complex64 else np.float64)
-    else:
-        work = np.dtype(out_dtype if kind != "c2r" else (np.complex64 if out_dtype == np.float32 else np.complex128))
-    logical = [shape[a] for a in axes]
-    if kind == "c2r":
-        logical[-1] = stages[-1].out_shape[axes[-1]]
-    n_log = math.prod(logical)
-    inverse = kind in ("bwd", "c2r")
-    norm = norm or "backward"
-    scale = 1.0
-    if norm == "ortho":
-        scale = 1.0 / math.sqrt(n_log)
-    elif (norm == "backward") == inverse:
-        scale = 1.0 / n_log
-    batch = math.prod(stages[-1].out_shape) / max(1, math.prod(stages[-1].out_shape[a] for a in axes))
-    flops = 5.0 * n_log * math.log2(max(n_log, 2)) * batch * (0.5 if kind in ("r2c", "c2r") else 1.0)
-    decomp = "slab" if len(gr) <= 1 or gr[1] == 1 and decomposition != "pencil" else "pencil"
-    plan = FFTPlan(kind, tuple(gr), stages, layouts, in_dtype, work, np.dtype(out_dtype),
-                   tuple(stages[-1].out_shape), scale, bool(overlap), decomp, flops)
-    return plan, native
-
-
 # --------------------------------------------------------------------------
 # Client orchestration
 # --------------------------------------------------------------------------
@@ -502,6 +315,7 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     for i, a in zip(infos, workers, strict=True):
         i["worker"] = a
     out.stats = {
+        "backend": infos[0]["backend"],
         "seconds": seconds,
         "gflops": plan.flops / seconds / 1e9,
         "bytes_moved": int(sum(i["bytes_sent"] for i in infos)),
@@ -521,17 +335,6 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
         "per_rank": infos,
     }
     return out
-
-
-def _rank_coords(r: int, grid: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(c) for c in np.unravel_index(r, grid)) if grid else ()
-
-
-def _rank_box(r: int, plan: FFTPlan, k: int, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    box = [(0, n) for n in shape]
-    for (a, offs), c in zip(plan.layouts[k], _rank_coords(r, plan.grid), strict=True):
-        box[a] = (int(offs[c]), int(offs[c + 1]))
-    return tuple(box)
 
 
 def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[str]) -> tuple[list, list[str]]:
@@ -608,374 +411,3 @@ def _assemble_output(blocks: list, plan: FFTPlan) -> Any:
         bshape = tuple(hi - lo for lo, hi in box)
         grid_blocks[tuple(idx)] = da.from_delayed(dask.delayed(f), shape=bshape, dtype=plan.out_dtype)
     return da.block(grid_blocks.tolist()) if len(blocks) > 1 else grid_blocks.ravel()[0]
-
-
-# --------------------------------------------------------------------------
-# The SPMD rank: redistribute, then local FFT stages and pipelined transposes
-# --------------------------------------------------------------------------
-
-
-def _fft_rank(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, dict]:
-    t_start = time.perf_counter()
-    timers = {"fft_s": 0.0, "transpose_s": 0.0, "redistribute_s": 0.0, "pack_s": 0.0, "place_s": 0.0,
-              "wait_s": 0.0}
-    coords = _rank_coords(comm.rank, plan.grid)
-    d = len(plan.grid)
-    if d <= 1:
-        subs = [comm] * d
-    else:
-        subs = [comm.split(color=int(np.ravel_multi_index(coords[:g] + (0,) + coords[g + 1:], plan.grid)),
-                           key=coords[g]) for g in range(d)]
-    tr = time.perf_counter()
-    a, owned = _load_input(comm, arg, plan)
-    timers["redistribute_s"] = time.perf_counter() - tr
-    xp = namespace(a)
-    if a.dtype != plan.work_dtype:
-        a, owned = a.astype(plan.work_dtype), True
-    scale_pending = plan.scale != 1.0
-    for k, st in enumerate(plan.stages):
-        if st.transpose is None:
-            tf = time.perf_counter()
-            a, owned = _local_stage(a, owned, st, plan)
-            timers["fft_s"] += time.perf_counter() - tf
-            continue
-        g, xax, yax = st.transpose
-        a = _stage_and_transpose(subs[g], a, owned, st, plan, k, coords[g], scale_pending, timers)
-        owned, scale_pending = True, False
-    if scale_pending:
-        a *= plan.scale
-    synchronize(a)
-    info = {"rank": comm.rank, "shape": tuple(int(n) for n in a.shape), "bytes_sent": int(comm.stats["bytes_sent"]),
-            "bytes_pulled": int(comm.stats.get("bytes_pulled", 0)), "total_s": time.perf_counter() - t_start,
-            **timers}
-    info["transpose_s"] = max(0.0, info["total_s"] - timers["fft_s"] - timers["redistribute_s"])
-    del xp
-    return a, info
-
-
-def _load_input(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, bool]:
-    """This rank's block of the first layout (redistributing arbitrary input chunks through an all-to-all)."""
-    how, payload = arg
-    if how == "block":
-        a = payload
-        if namespace(a) is np and not (a.flags.c_contiguous and a.flags.aligned):
-            # deserialised frames can sit off element alignment, which FFTW refuses
-            out = empty(a.shape, a.dtype, like=a)
-            out[...] = a
-            return out, True
-        if not a.flags.c_contiguous:
-            return namespace(a).ascontiguousarray(a), True
-        return a, False
-    shape0 = plan.stages[0].in_shape
-    P = comm.size
-    targets = [_rank_box(r, plan, 0, shape0) for r in range(P)]
-    sends: list[list] = [[] for _ in range(P)]
-    for box, arr in payload:
-        for r, tb in enumerate(targets):
-            inter = tuple((max(lo, tlo), min(hi, thi)) for (lo, hi), (tlo, thi) in zip(box, tb, strict=True))
-            if all(lo < hi for lo, hi in inter):
-                sl = tuple(slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(inter, box, strict=True))
-                sends[r].append((inter, namespace(arr).ascontiguousarray(arr[sl])))
-    got = comm.alltoallv(sends)
-    mine = targets[comm.rank]
-    like = payload[0][1] if payload else None
-    dt = like.dtype if like is not None else plan.in_dtype
-    for lst in got:
-        if lst:
-            dt = lst[0][1].dtype
-            like = lst[0][1]
-            break
-    out = empty(tuple(hi - lo for lo, hi in mine), dt, like=like)
-    for lst in got:
-        for box, arr in lst:
-            out[tuple(slice(lo - mlo, hi - mlo) for (lo, hi), (mlo, _) in zip(box, mine, strict=True))] = arr
-    return out, True
-
-
-def _n_chunks(extent: int, slice_bytes: int, overlap: bool, transposing: bool) -> int:
-    if extent <= 1:
-        return 1
-    total = extent * slice_bytes
-    n = -(-total // _CHUNK_BYTES)
-    if overlap and transposing:
-        n = max(n, 4 if total >= (8 << 20) else 1)
-    return int(max(1, min(extent, _MAX_CHUNKS, n)))
-
-
-def _stage_out_local(a: Any, st: _Stage) -> tuple[int, ...]:
-    shp = list(a.shape)
-    if st.kind in ("r2c", "c2r"):
-        shp[st.axes[-1]] = st.out_shape[st.axes[-1]]
-    return tuple(shp)
-
-
-def _out_dtype(a: Any, st: _Stage, plan: FFTPlan) -> np.dtype:
-    if st.kind == "r2c":
-        return np.dtype(np.complex64 if a.dtype == np.float32 else np.complex128)
-    if st.kind == "c2r":
-        return np.dtype(np.float32 if a.dtype == np.complex64 else np.float64)
-    return a.dtype
-
-
-def _local_stage(a: Any, owned: bool, st: _Stage, plan: FFTPlan) -> tuple[Any, bool]:
-    """A stage with no transpose after it: chunked along its largest batch axis (plans stay small)."""
-    if not st.kind or a.size == 0:
-        if st.kind and a.size == 0:
-            return empty(_stage_out_local(a, st), _out_dtype(a, st, plan), like=a), True
-        return a, owned
-    out_shape = _stage_out_local(a, st)
-    inplace = owned and st.kind in ("fwd", "bwd")
-    out = a if inplace else empty(out_shape, _out_dtype(a, st, plan), like=a)
-    src = a if owned or st.kind != "c2r" else a.copy()  # c2r may destroy its input
-    batch = [ax for ax in range(a.ndim) if ax not in st.axes]
-    if batch:
-        cax = next((ax for ax in batch if a.shape[ax] > 1), batch[0])  # outermost: long contiguous runs
-        slice_bytes = a.nbytes // max(1, a.shape[cax])
-        n = _n_chunks(a.shape[cax], slice_bytes, False, False)
-    else:
-        cax, n = 0, 1
-    offs = block_offsets(a.shape[cax], n)
-    for c in range(n):
-        sl = [slice(None)] * a.ndim
-        sl[cax] = slice(int(offs[c]), int(offs[c + 1]))
-        sl = tuple(sl)
-        _fft_into(src[sl], out[sl], st)
-    return out, True
-
-
-def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPlan, k: int, me: int,
-                         scale_pending: bool, timers: dict) -> Any:
-    """FFT this stage in chunks along x, shipping each chunk's y-pieces while the next is transformed."""
-    g, xax, yax = st.transpose
-    p = sub.size
-    y_offs = plan.layouts[k + 1][g][1]
-    x_offs = plan.layouts[k][g][1]
-    out_dt = _out_dtype(a, st, plan) if st.kind else a.dtype
-    mid_shape = _stage_out_local(a, st) if st.kind else tuple(a.shape)
-    new_shape = list(mid_shape)
-    new_shape[xax] = int(x_offs[-1])
-    new_shape[yax] = int(y_offs[me + 1] - y_offs[me])
-    new = empty(tuple(new_shape), out_dt, like=a)
-    slice_bytes = math.prod(mid_shape) // max(1, mid_shape[xax]) * np.dtype(out_dt).itemsize
-    scale = plan.scale if scale_pending else 1.0
-    xp = namespace(a)
-
-    def chunking(extent: int) -> np.ndarray:
-        return block_offsets(extent, _n_chunks(extent, slice_bytes, plan.overlap, True))
-
-    my_chunks = chunking(a.shape[xax])
-    # send buffers come from the host pool and go back once a send has returned and dropped them,
-    # so a transpose faults in a few chunks' worth of pages instead of its whole volume
-    sender = _Sender(sub) if plan.overlap and p > 1 else None
-    tag0 = ("fft-t", k)
-    src = a if owned or st.kind != "c2r" else a.copy()
-    buf = None
-    try:
-        for c in range(len(my_chunks) - 1):
-            lo, hi = int(my_chunks[c]), int(my_chunks[c + 1])
-            sl = [slice(None)] * a.ndim
-            sl[xax] = slice(lo, hi)
-            part = src[tuple(sl)]
-            if st.kind and part.size:
-                cshape = list(mid_shape)
-                cshape[xax] = hi - lo
-                if buf is None or buf.shape != tuple(cshape):
-                    buf = empty(tuple(cshape), out_dt, like=a)
-                tf = time.perf_counter()
-                _fft_into(part, buf, st)
-                timers["fft_s"] += time.perf_counter() - tf
-                done = buf
-            else:
-                done = part
-            tp = time.perf_counter()
-            for dst in range(p):
-                ysl = [slice(None)] * a.ndim
-                ysl[yax] = slice(int(y_offs[dst]), int(y_offs[dst + 1]))
-                piece = done[tuple(ysl)]
-                if dst == me:
-                    tsl = [slice(None)] * a.ndim
-                    tsl[xax] = slice(int(x_offs[me]) + lo, int(x_offs[me]) + hi)
-                    if scale != 1.0:
-                        xp.multiply(piece, scale, out=new[tuple(tsl)])
-                    else:
-                        new[tuple(tsl)] = piece
-                    continue
-                packed = empty(piece.shape, out_dt, like=a)
-                if scale != 1.0:
-                    xp.multiply(piece, scale, out=packed)
-                else:
-                    packed[...] = piece
-                tw = time.perf_counter()
-                timers["pack_s"] += tw - tp
-                if sender is not None:
-                    sender.put(dst, packed, (*tag0, c))
-                else:
-                    sub.send(dst, packed, tag=(*tag0, c))
-                tp = time.perf_counter()
-                timers["wait_s"] += tp - tw
-            timers["pack_s"] += time.perf_counter() - tp
-        # place the pieces the other ranks of this sub-communicator send
-        for src_rank in range(p):
-            if src_rank == me:
-                continue
-            ext = int(x_offs[src_rank + 1] - x_offs[src_rank])
-            their = chunking(ext)
-            for c in range(len(their) - 1):
-                tw = time.perf_counter()
-                piece = sub.recv(src_rank, tag=(*tag0, c))
-                tp = time.perf_counter()
-                timers["wait_s"] += tp - tw
-                tsl = [slice(None)] * a.ndim
-                tsl[xax] = slice(int(x_offs[src_rank] + their[c]), int(x_offs[src_rank] + their[c + 1]))
-                new[tuple(tsl)] = piece
-                timers["place_s"] += time.perf_counter() - tp
-    finally:
-        if sender is not None:
-            tw = time.perf_counter()
-            sender.close()
-            timers["wait_s"] += time.perf_counter() - tw
-    return new
-
-
-class _Sender:
-    """Background thread shipping transpose pieces so the FFT of the next chunk overlaps the transfer."""
-
-    def __init__(self, comm: Any, depth: int = 4) -> None:
-        self.comm = comm
-        self.q: queue.Queue = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name="wb-fft-sender")
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            if self.error is not None:
-                continue
-            try:
-                self.comm.send(item[0], item[1], tag=item[2])
-            except BaseException as e:  # surfaced on close
-                self.error = e
-            del item  # the sent buffer goes back to the host pool now, not at the next get()
-
-    def put(self, dst: int, obj: Any, tag: tuple) -> None:
-        if self.error is not None:
-            raise self.error
-        self.q.put((dst, obj, tag))
-
-    def close(self) -> None:
-        self.q.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-
-
-# --------------------------------------------------------------------------
-# Worker-local FFT engines: FFTW (pyFFTW), scipy.fft, cupyx.scipy.fft
-# --------------------------------------------------------------------------
-
-
-#: Worker-local FFT engine on CPU workers: "auto" (pyFFTW when installed, else scipy.fft) or "scipy".
-_ENGINE = "auto"
-_PLANNED: set = set()
-_PLAN_LOCK = threading.Lock()
-
-
-def _fft_into(a: Any, out: Any, st: _Stage) -> None:
-    """Transform ``a`` along ``st.axes`` into ``out`` (``out`` may be ``a``), unnormalised."""
-    if a.size == 0:
-        return
-    xp = namespace(a)
-    if xp is not np:
-        _cupy_fft_into(a, out, st)
-        return
-    try:
-        if _ENGINE == "scipy":
-            raise ImportError
-        import pyfftw
-    except ImportError:
-        _scipy_fft_into(a, out, st)
-        return
-    direction = "FFTW_FORWARD" if st.kind in ("fwd", "r2c") else "FFTW_BACKWARD"
-    same = a is out or (a.__array_interface__["data"][0] == out.__array_interface__["data"][0]
-                        and a.strides == out.strides)
-    key = (a.shape, a.strides, a.dtype.str, out.shape, out.strides, out.dtype.str, st.axes, direction, same,
-           _misalign(a), _misalign(out))
-    flags = ("FFTW_DESTROY_INPUT",) if st.kind == "c2r" else ()
-    if a.size >= _MEASURE_MIN and key not in _PLANNED:
-        with _PLAN_LOCK:
-            if key not in _PLANNED:
-                # Measure on scratch arrays with the same strides and alignment; the wisdom FFTW keeps
-                # makes the WISDOM_ONLY plan on the real arrays below instant and non-destructive.
-                sa = _scratch_like(a)
-                so = sa if same else _scratch_like(out)
-                pyfftw.FFTW(sa, so, axes=st.axes, direction=direction, flags=("FFTW_MEASURE", *flags), threads=1)
-                _PLANNED.add(key)
-    plan = None
-    if key in _PLANNED:
-        try:
-            plan = pyfftw.FFTW(a, out, axes=st.axes, direction=direction, flags=("FFTW_WISDOM_ONLY", *flags),
-                               threads=1)
-        except RuntimeError:
-            plan = None
-    if plan is None:
-        plan = pyfftw.FFTW(a, out, axes=st.axes, direction=direction, flags=("FFTW_ESTIMATE", *flags), threads=1)
-    plan.execute()
-
-
-def _misalign(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0] % 64
-
-
-def _scratch_like(a: np.ndarray) -> np.ndarray:
-    """A fresh array with ``a``'s shape, strides and address alignment (so FFTW wisdom carries over)."""
-    import pyfftw
-
-    span = sum((n - 1) * st for n, st in zip(a.shape, a.strides, strict=True)) + a.itemsize
-    off = _misalign(a)
-    base = pyfftw.empty_aligned(span + 64 + a.itemsize, dtype=np.uint8, n=64)
-    flat = base[off:off + span + (-span) % a.itemsize].view(a.dtype)
-    return np.lib.stride_tricks.as_strided(flat, shape=a.shape, strides=a.strides)
-
-
-def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
-            and a.strides == b.strides)
-
-
-def _scipy_fft_into(a: np.ndarray, out: np.ndarray, st: _Stage) -> None:
-    """scipy.fft (pocketfft, one thread per rank): complex transforms run in place in ``out``
-    (``overwrite_x`` on a view computes into it), so no temporary the size of the chunk is allocated."""
-    import scipy.fft as sf
-
-    if st.kind in ("fwd", "bwd"):
-        if not _same_view(a, out):
-            out[...] = a
-        f = sf.fftn if st.kind == "fwd" else sf.ifftn
-        r = f(out, axes=st.axes, norm="backward" if st.kind == "fwd" else "forward", workers=1, overwrite_x=True)
-        if not _same_view(r, out):
-            out[...] = r
-        return
-    if st.kind == "r2c":
-        r = sf.rfftn(a, axes=st.axes, workers=1)
-    else:
-        s = [a.shape[ax] for ax in st.axes[:-1]] + [st.n_out]
-        r = sf.irfftn(a, s=s, axes=st.axes, norm="forward", workers=1, overwrite_x=True)
-    out[...] = r
-
-
-def _cupy_fft_into(a: Any, out: Any, st: _Stage) -> None:
-    import cupyx.scipy.fft as cf
-
-    if st.kind == "fwd":
-        r = cf.fftn(a, axes=st.axes)
-    elif st.kind == "bwd":
-        r = cf.ifftn(a, axes=st.axes, norm="forward")
-    elif st.kind == "r2c":
-        r = cf.rfftn(a, axes=st.axes)
-    else:
-        s = [a.shape[ax] for ax in st.axes[:-1]] + [st.n_out]
-        r = cf.irfftn(a, s=s, axes=st.axes, norm="forward")
-    out[...] = r

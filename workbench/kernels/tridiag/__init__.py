@@ -98,6 +98,22 @@ The result is a dask array of futures pinned where they were computed: the
 user layout for host/dask inputs (transposes are lazy), line-major for
 RowBlocks inputs.  No pivoting is done (as in the paper and cuSPARSE
 ``gtsv2_nopivot``): a zero pivot raises :class:`numpy.linalg.LinAlgError`.
+
+Package layout
+--------------
+This module holds the public functions, their validation and the client-side
+placement and launch; ``ranks`` the SPMD rank bodies (two-pass solve, fused
+pass, reduced systems, compact stencil) and their local dispatch; ``cpu`` the
+numba kernels; ``params`` the constants all of them share.
+
+Example
+-------
+>>> import numpy as np, workbench as wb
+>>> with wb.cluster(backend="cpu", n_workers=2) as client:              # doctest: +SKIP
+...     x = wb.tridiag_solve(np.ones(99), np.full(100, 4.0), np.ones(99), np.ones(100), client=client)
+...     float(wb.kernels.tridiag.validate_tridiag(np.ones(99), np.full(100, 4.0), np.ones(99),
+...                                               np.ones(100), np.asarray(x))) < 1e-14
+True
 """
 
 from __future__ import annotations
@@ -109,13 +125,41 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from ... import comms
-from ...backend import empty, namespace, to_host
-from ...cluster import backend_of, default_client, worker_addresses
-from ...partition import RowBlocks, _scatter_to, block_offsets
+from ...backend import to_host
+from ...cluster import default_client, worker_addresses
+from ...partition import RowBlocks, TaskLineage, _scatter_to, block_offsets, resilient
+
+# the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
+# re-exports)
+from .cpu import compact_rhs_kernel as compact_rhs_kernel
+from .cpu import decay_kernel as decay_kernel
+from .cpu import expand1_kernel as expand1_kernel
+from .cpu import expand1p_kernel as expand1p_kernel
+from .cpu import expand_b1_kernel as expand_b1_kernel
+from .cpu import expand_kernel as expand_kernel
+from .cpu import fused_fix_kernel as fused_fix_kernel
+from .cpu import fused_kernel as fused_kernel
+from .cpu import reduce1_kernel as reduce1_kernel
+from .cpu import reduce1p_kernel as reduce1p_kernel
+from .cpu import reduce_b1_kernel as reduce_b1_kernel
+from .cpu import reduce_kernel as reduce_kernel
+from .cpu import thomas_kernel
+from .params import (
+    _BLOCK_ROWS,
+    _BLOCK_ROWS_BATCH,
+    _BLOCK_ROWS_SINGLE,
+    _ENGINES,
+    _FUSED_BLOCKS,
+    _FUSED_HALOS,
+    _PROBE,
+    _REDUCED,
+    COMPACT6,
+)
+from .ranks import _random_rank, _tridiag_rank, random_part
+from .ranks import _solve_chain as _solve_chain
 
 __all__ = [
     "tridiag_solve",
@@ -127,43 +171,6 @@ __all__ = [
     "thomas_reference",
     "COMPACT6",
 ]
-
-#: Sixth-order compact first derivative (Lele 1992): alpha, a, b.
-COMPACT6 = (1.0 / 3.0, 14.0 / 9.0, 1.0 / 9.0)
-
-#: Rows per sub-block the grid aims for: one system's sub-blocks are swept
-#: interleaved (ILP), so long ones keep the reduced system small and the
-#: sweeps' streams long (a single 2^24 system: 0.36 s at 512 rows, 0.26-0.28 s
-#: at 8192, 2 workers here); a few systems (2-7) keep 512 so a sub-block's
-#: tile stays in L2; a batch's sub-blocks are swept over wide tiles of
-#: systems, so short ones keep a tile (sub-block x systems x four inputs) in
-#: cache between the two sweeps.
-_BLOCK_ROWS_SINGLE = 8192
-_BLOCK_ROWS = 512
-_BLOCK_ROWS_BATCH = 64
-#: Systems per tile of a batch sweep: wide rows stream (prefetch, few TLB misses).
-_TILE_SYSTEMS = 1024
-#: Fused single pass (batches, one right-hand side): systems per tile, rows per back-substitution
-#: window, and the halo: rows below a window (and rows at a block's edges) over which the
-#: neighbours' influence must decay below rounding (checked; otherwise the two-pass path runs).
-#: The halo is sized per solve from the decay measured on the line's first rows: 32 rows for the
-#: benchmark's random systems, 48 for the sixth-order compact scheme (alpha = 1/3: |c'| -> 0.38);
-#: each 16 rows more cost ~10% here.
-_FUSED_TILE = 2048
-_FUSED_WINDOW = 64
-_FUSED_HALOS = (32, 40, 48, 56, 64)
-#: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
-_PROBE_ROWS = (16, 80)
-_PROBE_MARGIN = 1e-3
-#: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers).
-_FUSED_BLOCKS = 12
-#: Truncate the reduced system when every dropped coupling is below this.
-_TRUNC_TOL = 2.0 ** -53
-#: Scale for the finiteness accumulator: large finite entries must not overflow it (the numba kernels
-#: read it as a compile-time constant).
-_CHK_SCALE = 2.0 ** -80
-_REDUCED = ("auto", "exact", "truncated")
-_ENGINES = ("auto", "numba", "array")
 
 
 def block_grid(n: int, batch: int = 1) -> np.ndarray:
@@ -179,7 +186,7 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
     >>> block_grid(4096)[:3]
     array([  0, 342, 684])
     >>> block_grid(4096, batch=16384)[:3]
-    array([ 0, 57, 114])
+    array([  0,  57, 114])
     """
     rows = _BLOCK_ROWS_BATCH if batch >= 8 else _BLOCK_ROWS if batch > 1 else _BLOCK_ROWS_SINGLE
     k = 12 * max(1, -(-n // (12 * rows))) if n >= 24 else max(1, n // 2)
@@ -191,6 +198,7 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
+@resilient
 def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, reduced: str = "auto",
                   engine: str = "auto", client: Any = None) -> Any:
     """Solve tridiagonal systems ``A x = b`` whose line is distributed over the workers.
@@ -212,8 +220,9 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
         How the coupling system is solved (see the module docstring for the
         truncation's accuracy bound).
     engine : {"auto", "numba", "array"}
-        Worker-local kernels: numba loops (CPU default) or row-vectorized
-        array-namespace code (used for cupy arrays).
+        Worker-local kernels: numba loops (the default: numba on CPU workers,
+        their numba.cuda twins on GPU and simulated-GPU workers) or
+        row-vectorized array-namespace code (numpy or cupy).
     client : distributed.Client, optional
         Default: the current client.
 
@@ -221,7 +230,8 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
     -------
     dask.array.Array
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
-        blocks left on the workers.  ``x.stats`` holds ``seconds``,
+        blocks left on the workers.  ``x.stats`` holds ``backend`` (the
+        workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
         ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
         ``path`` (``"fused"`` single pass or ``"two-pass"``), ``halo_rows`` (the
@@ -245,6 +255,7 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
     return _run(spec, client, mode="solve")
 
 
+@resilient
 def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = True, reduced: str = "auto",
                        engine: str = "auto", client: Any = None) -> Any:
     """Sixth-order compact first derivative along the last axis, fused with the solve.
@@ -361,6 +372,7 @@ def distribute_system(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = Fals
     return tuple(out)
 
 
+@resilient
 def random_system(n: int, batch: int | None = None, *, nrhs: int | None = None, dominance: float = 2.0,
                   seed: int = 0, client: Any = None) -> tuple[RowBlocks, RowBlocks, RowBlocks, RowBlocks]:
     """A random system generated on the workers in line-major layout (nothing passes the client).
@@ -394,34 +406,11 @@ def random_system(n: int, batch: int | None = None, *, nrhs: int | None = None, 
     for k in range(4):
         parts = [client.submit(operator.getitem, f, k, workers=[a], pure=False) for f, a in zip(futs, addrs,
                                                                                                strict=True)]
+        lineage = TaskLineage(random_part, [(k, (int(offs[r]), int(offs[r + 1])), batch, nrhs, float(dominance),
+                                             int(seed)) for r in range(len(addrs))])
         out.append(RowBlocks(parts, offs, shapes[k], np.dtype(np.float64), addrs, kind="dense",
-                             meta={"layout": "tridiag-line-major", "seed": seed}))
+                             meta={"layout": "tridiag-line-major", "seed": seed}, lineage=lineage))
     return tuple(out)
-
-
-def _random_rank(comm: Any, lohi: tuple[int, int], batch: int | None, nrhs: int | None, dominance: float,
-                 seed: int) -> tuple:
-    lo, hi = lohi
-    V = 1 if batch is None else batch
-    R = 1 if nrhs is None else nrhs
-    # chunks of rows seeded by their global start: the same numbers for any partition
-    chunk = 64
-    outs = [np.empty((hi - lo, V)) for _ in range(3)] + [np.empty((hi - lo, R, V))]
-    for c0 in range((lo // chunk) * chunk, hi, chunk):
-        rng = np.random.default_rng([seed, c0])
-        vals = rng.random((4 + R, chunk, V))
-        a, z = max(lo, c0), min(hi, c0 + chunk)
-        sl = slice(a - c0, z - c0)
-        dl, du = 2 * vals[0, sl] - 1, 2 * vals[1, sl] - 1
-        outs[0][a - lo:z - lo] = dl
-        outs[2][a - lo:z - lo] = du
-        outs[1][a - lo:z - lo] = dominance * (np.abs(dl) + np.abs(du)) + vals[2, sl]
-        outs[3][a - lo:z - lo] = vals[4:, sl].transpose(1, 0, 2)
-    if batch is None:
-        outs = [o[:, 0] for o in outs[:3]] + [outs[3][:, :, 0] if nrhs is not None else outs[3][:, 0, 0]]
-    elif nrhs is None:
-        outs[3] = outs[3][:, 0, :]
-    return tuple(outs)
 
 
 def thomas_reference(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -625,7 +614,7 @@ def _sub_blocks(lo: int, hi: int, grid: np.ndarray) -> tuple[np.ndarray, np.ndar
     return edges[:-1], np.diff(edges)
 
 
-def _fused_blocks(spec: _Spec, gpu: bool, offs: np.ndarray, grid: np.ndarray) -> list | None:
+def _fused_blocks(spec: _Spec, offs: np.ndarray, grid: np.ndarray) -> list | None:
     """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
 
     The blocks are runs of the grid's sub-blocks cut at every ``K / 12``-th grid
@@ -634,7 +623,7 @@ def _fused_blocks(spec: _Spec, gpu: bool, offs: np.ndarray, grid: np.ndarray) ->
     """
     K = len(grid) - 1
     P = len(offs) - 1
-    if (spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or gpu or spec.engine == "array"
+    if (spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or spec.engine == "array"
             or K % _FUSED_BLOCKS or any(offs[r + 1] <= offs[r] for r in range(P))):
         return None
     coarse = grid[::K // _FUSED_BLOCKS]
@@ -654,7 +643,6 @@ def _fused_blocks(spec: _Spec, gpu: bool, offs: np.ndarray, grid: np.ndarray) ->
 #: broadcast.  Keyed by the coefficients' dask keys, which name immutable data; host inputs are not cached.
 _HALO_CACHE: collections.OrderedDict = collections.OrderedDict()
 _HALO_CACHE_SIZE = 64
-_PROBE = "probe"
 
 
 def _matrix_key(spec: _Spec, offs: np.ndarray) -> tuple | None:
@@ -754,12 +742,11 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     nonempty = [r for r in range(P) if offs[r + 1] > offs[r]]
     if spec.compact and any(offs[r + 1] - offs[r] < 2 for r in nonempty):
         raise ValueError("compact_derivative needs every non-empty block to hold >= 2 rows")
-    gpu = backend_of(client) == "gpu"
     cfg = {"n": spec.n, "V": spec.V, "R": spec.R, "periodic": spec.periodic, "reduced": spec.reduced,
            "engine": spec.engine, "form": "rows" if spec.source == "rows" else ("batch" if spec.batched else "single"),
-           "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty, "gpu": gpu,
+           "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty,
            "h": spec.h, "mode": mode}
-    fused = _fused_blocks(spec, gpu, offs, grid)
+    fused = _fused_blocks(spec, offs, grid)
     cfg["fused_min_rows"] = 0 if fused is None else int(min(ln.min() for _, ln in fused))
     matrix = _matrix_key(spec, offs) if fused is not None else None
     cfg["halo"] = _HALO_CACHE.get(matrix, _PROBE) if matrix is not None else _PROBE
@@ -778,6 +765,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     X = _user_layout(X, spec)
     ndof = spec.n * V * R
     X.stats = {
+        "backend": infos[0]["backend"],
         "seconds": seconds,
         "kernel_seconds": max(i["seconds"] for i in infos),
         "bandwidth_gbps": 5 * ndof * 8 / seconds / 1e9,
@@ -811,1366 +799,3 @@ def _user_layout(X: Any, spec: _Spec) -> Any:
     if spec.batched:
         return X.transpose(2, 0, 1) if spec.b_ndim == 3 else X[:, 0, :].T
     return X[:, :, 0] if spec.b_ndim == 2 else X[:, 0, 0]
-
-
-# --------------------------------------------------------------------------
-# The SPMD rank
-# --------------------------------------------------------------------------
-
-
-def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
-    parts, lo, hi, starts, lens, fused = arg
-    t0 = time.perf_counter()
-    phases = {}
-    if cfg["gpu"]:
-        import cupy
-        parts = tuple(cupy.asarray(p) for p in parts)
-    if cfg["mode"] == "compact":
-        f = _line_major_local(parts[0], cfg, rhs=False)
-        dl, d, du, b = _compact_local(comm, f, lo, hi, cfg)
-    else:
-        dl, d, du = (_line_major_local(p, cfg, rhs=False) for p in parts[:3])
-        b = _line_major_local(parts[3], cfg, rhs=True)
-    phases["layout"] = time.perf_counter() - t0
-    x, info = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if fused is not None else (None, {})
-    if x is None:
-        x, more = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
-        info.update(more)
-    t1 = time.perf_counter()
-    info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1))
-    return x, info
-
-
-def _line_major_local(a: Any, cfg: dict, rhs: bool) -> Any:
-    """A rank's block in the solver layout: coefficients (m, V), rhs (m, R, V)."""
-    form = cfg["form"]
-    if form == "batch":  # (V, m) or (V, m, R): transposed into pooled buffers (no fresh pages per solve)
-        t = a.transpose(1, 2, 0) if a.ndim == 3 else a.T
-        out = empty(t.shape, like=a)
-        out[...] = t
-        return out[:, None, :] if rhs and a.ndim == 2 else out
-    if form == "single":  # (m,) or (m, R)
-        if rhs:
-            return a[:, :, None] if a.ndim == 2 else a[:, None, None]
-        return a[:, None]
-    # line-major RowBlocks: (m,), (m, V), (m, R, V) / single (m, R)
-    if a.ndim == 1:
-        return a[:, None, None] if rhs else a[:, None]
-    if rhs and a.ndim == 2:
-        return a[:, None, :] if cfg["batched"] else a[:, :, None]
-    return a
-
-
-def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: np.ndarray, lens: np.ndarray,
-                 cfg: dict, phases: dict) -> tuple[Any, dict]:
-    xp = namespace(d, b)
-    use_numba = xp is np and cfg["engine"] != "array"
-    if cfg["engine"] == "numba" and xp is not np:
-        raise TypeError("engine='numba' needs host (numpy) arrays")
-    m = d.shape[0]
-    V, R = cfg["V"], cfg["R"]
-    t = time.perf_counter()
-    rows0 = np.concatenate([[0], np.cumsum(np.minimum(lens, 2))]).astype(np.int64)
-    M = int(rows0[-1])
-    RA, RC, RD = xp.zeros((M, V)), xp.zeros((M, V)), xp.zeros((M, R, V))
-    if m:
-        chk = _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba)
-        _raise_if_bad(chk, (dl, d, du, b), lo, starts, lens)
-    phases["reduce"] = time.perf_counter() - t
-    t = time.perf_counter()
-    tau = _far_coupling(RA, RC, rows0, lens)
-    tau = float(comm.allreduce(tau, op="max"))
-    mode = cfg["reduced"]
-    if mode == "auto":
-        mode = "truncated" if tau <= _TRUNC_TOL else "exact"
-    if mode == "exact":
-        Y = _couple_exact(comm, RA, RC, RD, cfg, use_numba)
-    else:
-        Y = _couple_truncated(comm, RA, RC, RD, cfg)
-    phases["couple"] = time.perf_counter() - t
-    t = time.perf_counter()
-    x = empty((m, R, V), like=b)
-    if m:
-        Y0 = Y[rows0[:-1]]
-        Y1 = Y[rows0[1:] - 1]
-        _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba)
-    phases["expand"] = time.perf_counter() - t
-    return x, {"reduced": mode, "tau": tau, "engine": "numba" if use_numba else xp.__name__, "path": "two-pass"}
-
-
-def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray, blocks: tuple,
-                 cfg: dict, phases: dict) -> tuple[np.ndarray | None, dict]:
-    """One pass over the inputs, then one exchange with each neighbour: ``(x, info)``, or ``(None, info)``
-    on every rank when the neighbours' influence does not decay within the halo or something is
-    non-finite: the two-pass path then solves (and reports bad input).  ``info["halo_probed"]`` is the
-    probe's verdict when this solve ran it (the client caches it per matrix)."""
-    t = time.perf_counter()
-    starts, lens = blocks
-    m, V = d.shape
-    H = cfg["halo"]
-    if H == _PROBE:
-        # the halo from the line's first rows (rank 0's), so every worker count picks the same one
-        H = _fused_halo(dl, d, du, int(lens[0])) if comm.rank == cfg["nonempty"][0] else None
-        H = comm.bcast(H, root=cfg["nonempty"][0])
-        probed = {"halo_probed": H}
-    else:
-        probed = {}
-    phases["probe"] = time.perf_counter() - t
-    if H is None or 2 * H + 2 > cfg["fused_min_rows"]:
-        return None, probed
-    t = time.perf_counter()
-    x = empty((m, 1, V))
-    VS, WS, edge = np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
-    chk, tau = np.zeros(1), np.zeros(3)
-    fused_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens), x[:, 0], VS, WS, edge, chk, tau,
-                  min(V, _FUSED_TILE), _FUSED_WINDOW, H)
-    phases["sweep"] = time.perf_counter() - t
-    t = time.perf_counter()
-    # one round: every rank's check goes to all (so all decide alike), the edge rows ride along to the
-    # neighbours (wasted only when the check fails); an allreduce and then an exchange cost two latencies
-    prev, nxt = _neighbours(comm, cfg, m)
-    mine = float(tau.max())
-    mine = mine if np.isfinite(chk[0]) and not math.isnan(mine) else math.inf  # max() would drop a nan
-    parts = [{"worst": mine} for _ in range(comm.size)]
-    if prev is not None and prev != comm.rank:
-        parts[prev]["to_prev"] = edge[:2]
-    if nxt is not None and nxt != comm.rank:
-        parts[nxt]["to_next"] = edge[2:]
-    got = comm.alltoall(parts)
-    worst = max(g["worst"] for g in got)
-    phases["couple"] = time.perf_counter() - t
-    if not worst <= _TRUNC_TOL:
-        return None, probed
-    t = time.perf_counter()
-    bad = np.zeros(1)
-    if prev is not None:  # (prev's last | my first): my first H rows take v * x_last(prev)
-        yl, wl = got[prev]["to_next"] if prev != comm.rank else edge[2:]
-        fused_fix_kernel(x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
-    if nxt is not None:   # (my last | next's first): my last H rows take w * x_first(next)
-        yr, vr = got[nxt]["to_prev"] if nxt != comm.rank else edge[:2]
-        fused_fix_kernel(x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
-    if bad[0]:
-        raise np.linalg.LinAlgError("singular 2x2 interface system between workers' blocks")
-    phases["fix"] = time.perf_counter() - t
-    return x, {"reduced": "truncated", "tau": worst, "engine": "numba", "path": "fused", "halo": H, **probed}
-
-
-def _fused_halo(dl: np.ndarray, d: np.ndarray, du: np.ndarray, rows: int) -> int | None:
-    """The shortest halo over which the measured decay (the worst system's geometric-mean |c'| and
-    |a / pivot| on the first rows) drops below rounding with margin; None when none of them does."""
-    skip, upto = _PROBE_ROWS
-    upto = min(upto, rows)
-    if upto - skip < 16:
-        return None
-    worst = decay_kernel(*_c(dl[:upto], d[:upto], du[:upto]), skip, upto)
-    if not worst > 0.0:
-        return _FUSED_HALOS[0] if worst == 0.0 else None
-    rate = math.log(worst) / (upto - skip)
-    if not rate < 0.0:
-        return None
-    need = math.log(_TRUNC_TOL * _PROBE_MARGIN) / rate - 1
-    return next((h for h in _FUSED_HALOS if h >= need), None)
-
-
-def _raise_if_bad(chk: Any, arrays: tuple, lo: int, starts: np.ndarray, lens: np.ndarray) -> None:
-    chk = to_host(chk)
-    if np.isfinite(chk).all():
-        return
-    s = int(np.flatnonzero(~np.isfinite(chk))[0])
-    a, z = int(starts[s]), int(starts[s] + lens[s])
-    for nm, arr in zip(("dl", "d", "du", "b"), arrays, strict=True):
-        if not bool(namespace(arr).isfinite(arr[a:z]).all()):
-            raise ValueError(f"{nm} has non-finite entries (NaN or inf) in rows {lo + a}..{lo + z - 1}")
-    raise np.linalg.LinAlgError(
-        f"zero pivot in the elimination of rows {lo + a}..{lo + z - 1}: the system is singular or needs "
-        "pivoting (tridiag_solve does not pivot; diagonally dominant or SPD systems never need it)")
-
-
-def _far_coupling(RA: Any, RC: Any, rows0: np.ndarray, lens: np.ndarray) -> float:
-    """Largest coupling the truncated reduced system drops (inf when a block has one row)."""
-    if lens.size == 0:
-        return 0.0
-    if (lens < 2).any():
-        return math.inf
-    xp = namespace(RA)
-    first = rows0[:-1]
-    far = xp.maximum(xp.abs(RA[first + 1]).max(), xp.abs(RC[first]).max())
-    return float(far)
-
-
-def _couple_exact(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict, use_numba: bool) -> Any:
-    """Every rank solves the whole reduced system (same data, same order: same answer)."""
-    xp = namespace(RA)
-    got = comm.allgather((RA, RC, RD))
-    A = xp.concatenate([xp.asarray(g[0]) for g in got], axis=0)
-    C = xp.concatenate([xp.asarray(g[1]) for g in got], axis=0)
-    D = xp.concatenate([xp.asarray(g[2]) for g in got], axis=0)
-    # the reduced system of a non-dominant problem is not dominant either: pivot there (LAPACK gtsv)
-    Y = _solve_chain(A, C, D, True, use_numba) if cfg["periodic"] else _gtsv_pivoted(A, C, D)
-    r0 = sum(cfg["nrows"][:comm.rank])
-    return Y[r0:r0 + RA.shape[0]]
-
-
-def _couple_truncated(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict) -> Any:
-    """Each interface (last row of a block, first row of the next) as a 2x2 system, neighbours only."""
-    xp = namespace(RA)
-    M = RA.shape[0]
-    sends, recv_from = {}, []
-    prev, nxt = _neighbours(comm, cfg, M)
-    # both neighbours may be the same rank (two ranks, periodic): tag the payloads by side
-    if prev is not None:
-        sends.setdefault(prev, {})["to_next"] = (RA[0], RD[0])
-        recv_from.append(prev)
-    if nxt is not None:
-        sends.setdefault(nxt, {})["to_prev"] = (RC[M - 1], RD[M - 1])
-        recv_from.append(nxt)
-    got = comm.neighbor_exchange(sends, recv_from=sorted(set(recv_from)))
-    if not M:
-        return xp.zeros((0,) + RD.shape[1:])
-    zero_c, zero_d = xp.zeros_like(RC[0]), xp.zeros_like(RD[0])
-    # rows are [first_0, last_0, first_1, last_1, ...]; pair (last_s, first_{s+1})
-    pc = xp.concatenate([(got[prev]["to_prev"][0] if prev is not None else zero_c)[None], RC[1::2]], axis=0)
-    pd = xp.concatenate([(got[prev]["to_prev"][1] if prev is not None else zero_d)[None], RD[1::2]], axis=0)
-    na = xp.concatenate([RA[0::2], (got[nxt]["to_next"][0] if nxt is not None else zero_c)[None]], axis=0)
-    nd = xp.concatenate([RD[0::2], (got[nxt]["to_next"][1] if nxt is not None else zero_d)[None]], axis=0)
-    det = 1.0 - pc * na
-    if not bool(xp.all(det != 0)):
-        raise np.linalg.LinAlgError("singular 2x2 interface system in the truncated reduced solve")
-    yp = (pd - pc[:, None] * nd) / det[:, None]
-    yn = nd - na[:, None] * yp
-    Y = xp.empty_like(RD)
-    Y[0::2] = yn[:-1]
-    Y[1::2] = yp[1:]
-    return Y
-
-
-def _neighbours(comm: Any, cfg: dict, m: int) -> tuple[int | None, int | None]:
-    """The previous and next non-empty ranks along the line (wrapping when periodic); None at an end."""
-    if not m:
-        return None, None
-    ne = cfg["nonempty"]
-    i = ne.index(comm.rank)
-    prev = ne[i - 1] if i > 0 or cfg["periodic"] else None
-    nxt = ne[(i + 1) % len(ne)] if i < len(ne) - 1 or cfg["periodic"] else None
-    return prev, nxt
-
-
-def _gtsv_pivoted(A: Any, C: Any, D: Any) -> Any:
-    """Unit-diagonal tridiagonal solve with partial pivoting (LAPACK dgtsv), vectorized over the batch.
-
-    Row i reads ``A[i] y[i-1] + y[i] + C[i] y[i+1] = D[i]`` (A[0], C[-1] ignored)."""
-    xp = namespace(A)
-    M = A.shape[0]
-    dg = xp.ones(A.shape)
-    du = C.copy()
-    dl = A[1:].copy()                      # dl[i] = A[i+1, i]
-    du2 = xp.zeros(A.shape)
-    b = D.copy()
-    for i in range(M - 1):
-        swap = xp.abs(dg[i]) < xp.abs(dl[i])
-        f_n = dl[i] / xp.where(swap, 1.0, dg[i])
-        f_s = dg[i] / xp.where(swap, dl[i], 1.0)
-        nxt_du = du[i + 1] if i < M - 2 else xp.zeros_like(dg[i])
-        d_i, d_i1, du_i = dg[i].copy(), dg[i + 1].copy(), du[i].copy()
-        b_i, b_i1 = b[i].copy(), b[i + 1].copy()
-        dg[i] = xp.where(swap, dl[i], d_i)
-        du[i] = xp.where(swap, d_i1, du_i)
-        dg[i + 1] = xp.where(swap, du_i - f_s * d_i1, d_i1 - f_n * du_i)
-        du2[i] = xp.where(swap, nxt_du, 0.0)
-        if i < M - 2:
-            du[i + 1] = xp.where(swap, -f_s * nxt_du, nxt_du)
-        b[i] = xp.where(swap[None], b_i1, b_i)
-        b[i + 1] = xp.where(swap[None], b_i - f_s[None] * b_i1, b_i1 - f_n[None] * b_i)
-    if not bool(xp.all(dg != 0)):
-        raise np.linalg.LinAlgError("singular reduced (coupling) system: the tridiagonal system is singular")
-    y = xp.empty_like(b)
-    y[M - 1] = b[M - 1] / dg[M - 1]
-    if M > 1:
-        y[M - 2] = (b[M - 2] - du[M - 2] * y[M - 1]) / dg[M - 2]
-    for i in range(M - 3, -1, -1):
-        y[i] = (b[i] - du[i] * y[i + 1] - du2[i] * y[i + 2]) / dg[i]
-    return y
-
-
-def _solve_chain(A: Any, C: Any, D: Any, periodic: bool, use_numba: bool) -> Any:
-    """Solve one unit-diagonal tridiagonal (cyclic when periodic) system of M rows with the same kernels."""
-    xp = namespace(A)
-    M, V = A.shape
-    one = xp.broadcast_to(xp.ones((1, 1)), (M, V))
-    starts, lens = np.zeros(1, np.int64), np.array([M], np.int64)
-    rows0 = np.array([0, min(M, 2)], np.int64)
-    k = int(rows0[1])
-    RA, RC, RD = xp.zeros((k, V)), xp.zeros((k, V)), xp.zeros((k,) + D.shape[1:])
-    chk = _reduce(A, one, C, D, starts, lens, rows0, RA, RC, RD, use_numba)
-    if not bool(np.isfinite(to_host(chk)).all()):
-        raise np.linalg.LinAlgError("zero pivot in the reduced (coupling) system: the system is singular "
-                                    "or needs pivoting")
-    if M == 1:
-        s = 1.0 + (RA[0] + RC[0] if periodic else 0.0)
-        if not bool(xp.all(s != 0)):
-            raise np.linalg.LinAlgError("singular system (zero 1x1 reduced system)")
-        y = RD[0] / s if periodic else RD[0]
-        return y[None]
-    c0 = RC[0] + (RA[0] if periodic else 0.0)
-    a1 = RA[1] + (RC[1] if periodic else 0.0)
-    det = 1.0 - c0 * a1
-    if not bool(xp.all(det != 0)):
-        raise np.linalg.LinAlgError("singular system: the closing 2x2 of the reduced system has zero determinant")
-    y0 = (RD[0] - c0 * RD[1]) / det
-    y1 = RD[1] - a1 * y0
-    Y = xp.empty_like(D)
-    _expand(A, one, C, D, starts, lens, y0[None], y1[None], Y, use_numba)
-    return Y
-
-
-def _compact_local(comm: Any, f: Any, lo: int, hi: int, cfg: dict) -> tuple:
-    """Halo exchange and the compact scheme's coefficients and right-hand side for rows [lo, hi)."""
-    xp = namespace(f)
-    n, periodic, h = cfg["n"], cfg["periodic"], cfg["h"]
-    alpha, a, bb = COMPACT6
-    m = f.shape[0]
-    sends, recv_from = {}, []
-    prev, nxt = _neighbours(comm, cfg, m)
-    if prev is not None:
-        sends.setdefault(prev, {})["to_next"] = f[:2]
-        recv_from.append(prev)
-    if nxt is not None:
-        sends.setdefault(nxt, {})["to_prev"] = f[m - 2:]
-        recv_from.append(nxt)
-    got = comm.neighbor_exchange(sends, recv_from=sorted(set(recv_from)))
-    V = f.shape[1]
-    if not m:
-        e = xp.zeros((0, V))
-        return e, e, e, xp.zeros((0, 1, V))
-    left = got[prev]["to_prev"] if prev is not None else xp.zeros((2, V))
-    right = got[nxt]["to_next"] if nxt is not None else xp.zeros((2, V))
-
-    def sample(k: int) -> Any:  # row k of the block, -2 <= k < m + 2 (the halo outside it)
-        return left[k + 2] if k < 0 else (right[k - m] if k >= m else f[k])
-
-    numba_engine = xp is np and cfg["engine"] != "array"
-    if numba_engine:
-        # one pass into a pooled buffer: numpy's temporaries are fresh pages on every call, and on this kind
-        # of VM a page fault per page costs more than the arithmetic
-        rhs = empty((m, V))
-        compact_rhs_kernel(*_c(f, left, right), a / (2 * h), bb / (4 * h), rhs)
-    else:
-        fe = xp.concatenate([left, f, right], axis=0)  # row i of the block is fe[i + 2]
-        rhs = (a / (2 * h)) * (fe[3:m + 3] - fe[1:m + 1]) + (bb / (4 * h)) * (fe[4:m + 4] - fe[0:m])
-    dlv = np.full(m, alpha)
-    duv = np.full(m, alpha)
-    dv = np.ones(m)
-    if not periodic:
-        for row, (l_, u_) in ((0, (0.0, 2.0)), (1, (0.25, 0.25)), (n - 2, (0.25, 0.25)), (n - 1, (2.0, 0.0))):
-            if lo <= row < hi:
-                dlv[row - lo], duv[row - lo] = l_, u_
-        rows = {0: (-2.5 * sample(0) + 2 * sample(1) + 0.5 * sample(2)) / h if lo == 0 else None,
-                1: 0.75 / h * (sample(2 - lo) - sample(-lo)) if lo <= 1 < hi else None,
-                n - 2: 0.75 / h * (sample(n - 1 - lo) - sample(n - 3 - lo)) if lo <= n - 2 < hi else None,
-                n - 1: (2.5 * sample(m - 1) - 2 * sample(m - 2) - 0.5 * sample(m - 3)) / h if hi == n else None}
-        for row, val in rows.items():
-            if val is not None:
-                rhs[row - lo] = val
-    def col(v: np.ndarray) -> Any:
-        # constant coefficients: a stride-0 view for the array engine (no memory pass); the numba kernels
-        # take C-contiguous (m, V) arrays, filled once here into pooled buffers
-        view = xp.broadcast_to(xp.asarray(v)[:, None], (m, V))
-        if not numba_engine:
-            return view
-        out = empty((m, V))
-        out[...] = view
-        return out
-
-    return col(dlv), col(dv), col(duv), rhs[:, None, :]
-
-
-# --------------------------------------------------------------------------
-# Worker-local kernels: dispatch, numba (CPU), array namespace (cupy / reference)
-# --------------------------------------------------------------------------
-
-
-def _tiles(V: int, L: int) -> tuple[int, int]:
-    """(sub-blocks interleaved, batch tile): ILP across sub-blocks for one system,
-    SIMD across systems for batches; the tile's four inputs fit in L2."""
-    if V >= 8:
-        return 1, min(V, _TILE_SYSTEMS)
-    return 16, V
-
-
-def _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, use_numba: bool):
-    if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
-        chk = np.zeros(lens.size)
-        reduce1p_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens, rows0),
-                                     RA[:, 0], RC[:, 0], RD[:, 0, 0], chk)
-        return chk
-    if use_numba and d.shape[1] == 1:
-        chk = np.zeros(lens.size)
-        reduce1_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens, rows0),
-                                    RA[:, 0], RC[:, 0], RD[:, :, 0], chk)
-        return chk
-    if use_numba and b.shape[1] == 1 and d.shape[1] >= 8:
-        chk = np.zeros(lens.size)
-        reduce_b1_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens, rows0), RA, RC, RD[:, 0], chk,
-                                      _TILE_SYSTEMS)
-        return chk
-    if use_numba:
-        G, Vt = _tiles(d.shape[1], int(lens.max()))
-        chk = np.zeros(lens.size)
-        reduce_kernel(*_c(dl, d, du, b), *_i(starts, lens, rows0), RA, RC, RD, chk, G, Vt)
-        return chk
-    return _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD)
-
-
-def _expand(dl, d, du, b, starts, lens, Y0, Y1, x, use_numba: bool) -> None:
-    if use_numba and d.shape[1] == 1 and b.shape[1] == 1:
-        expand1p_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, 0, 0]), *_i(starts, lens),
-                                     *_c(Y0[:, 0, 0], Y1[:, 0, 0]), x[:, 0, 0])
-    elif use_numba and d.shape[1] == 1:
-        expand1_kernel(*_c(dl[:, 0], d[:, 0], du[:, 0], b[:, :, 0]), *_i(starts, lens),
-                                    *_c(Y0[:, :, 0], Y1[:, :, 0]), x[:, :, 0])
-    elif use_numba and b.shape[1] == 1 and d.shape[1] >= 8:
-        expand_b1_kernel(*_c(dl, d, du, b[:, 0]), *_i(starts, lens), *_c(Y0[:, 0], Y1[:, 0]), x[:, 0],
-                                      _TILE_SYSTEMS)
-    elif use_numba:
-        G, Vt = _tiles(d.shape[1], int(lens.max()))
-        expand_kernel(*_c(dl, d, du, b), *_i(starts, lens), *_c(Y0, Y1), x, G, Vt)
-    else:
-        _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x)
-
-
-def _c(*arrays: np.ndarray) -> list[np.ndarray]:
-    # C-contiguous float64 only keeps numba's specializations (compiles, cache entries) few;
-    # stride-0 broadcast coefficients (compact scheme, unit diagonals) are materialized here
-    return [np.ascontiguousarray(a, dtype=np.float64) for a in arrays]
-
-
-def _i(*arrays: np.ndarray) -> list[np.ndarray]:
-    return [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
-
-
-def _xp_reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD):
-    """Both sweeps over all sub-blocks at once, one row step per iteration (vectorized over blocks x batch)."""
-    xp = namespace(d, b)
-    S = lens.size
-    Lmax = int(lens.max())
-    V, R = d.shape[1], b.shape[1]
-    chk = xp.zeros((S, V))
-    out = {}
-    for direction in ("down", "up"):
-        sa, sc, sd = xp.zeros((S, V)), xp.zeros((S, V)), xp.zeros((S, R, V))
-        for j in range(Lmax):
-            act = xp.asarray(j < lens)[:, None]
-            jj = np.minimum(j, lens - 1)
-            idx = xp.asarray(starts + (jj if direction == "down" else lens - 1 - jj))
-            A, Dg, C, B = dl[idx], d[idx], du[idx], b[idx]
-            first, nxt = (A, C) if direction == "down" else (C, A)
-            if j < 2:
-                inv = 1.0 / Dg
-                na, nc = A * inv, C * inv
-                nd = B * inv[:, None]
-            else:
-                prev_far = sc if direction == "down" else sa
-                inv = 1.0 / (Dg - first * prev_far)
-                if direction == "down":
-                    na, nc = -A * sa * inv, C * inv
-                else:
-                    na, nc = A * inv, -C * sc * inv
-                nd = (B - first[:, None] * sd) * inv[:, None]
-            if direction == "down":
-                chk = chk + (xp.abs(A) + xp.abs(Dg) + xp.abs(C) + xp.abs(inv) + xp.abs(B).sum(axis=1)) * _CHK_SCALE
-            else:
-                chk = chk + xp.abs(inv) * _CHK_SCALE
-            sa, sc = xp.where(act, na, sa), xp.where(act, nc, sc)
-            sd = xp.where(act[:, :, None], nd, sd)
-            del nxt
-        out[direction] = (sa, sc, sd)
-    two = xp.asarray(lens >= 2)
-    r0 = xp.asarray(rows0[:-1])
-    # one-row blocks: the single (normalized) row; others: first row from the up sweep, last from the down sweep
-    RA[r0] = xp.where(two[:, None], out["up"][0], out["down"][0])
-    RC[r0] = xp.where(two[:, None], out["up"][1], out["down"][1])
-    RD[r0] = xp.where(two[:, None, None], out["up"][2], out["down"][2])
-    if bool((lens >= 2).any()):
-        sel = np.flatnonzero(lens >= 2)
-        RA[rows0[sel] + 1] = out["down"][0][sel]
-        RC[rows0[sel] + 1] = out["down"][1][sel]
-        RD[rows0[sel] + 1] = out["down"][2][sel]
-    return chk.sum(axis=1)
-
-
-def _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x):
-    """Interior Thomas solve of every sub-block given its first/last unknowns (vectorized over blocks x batch)."""
-    xp = namespace(d, b)
-    S = lens.size
-    Lmax = int(lens.max())
-    x[xp.asarray(starts)] = Y0
-    x[xp.asarray(starts + lens - 1)] = Y1
-    cs = xp.zeros((max(Lmax, 1), S, d.shape[1]))
-    for j in range(1, Lmax - 1):
-        act_h = j <= lens - 2
-        if not act_h.any():
-            break
-        sel = np.flatnonzero(act_h)
-        i = xp.asarray(starts[sel] + j)
-        A, Dg, C, B = dl[i], d[i], du[i], b[i]
-        piv = Dg if j == 1 else Dg - A * cs[j - 1][xp.asarray(sel)]
-        inv = 1.0 / piv
-        last = xp.asarray((lens[sel] - 2) == j)
-        cs[j][xp.asarray(sel)] = xp.where(last[:, None], 0.0, C * inv)
-        rhs = B - A[:, None] * x[i - 1] - xp.where(last[:, None, None], C[:, None] * x[i + 1], 0.0)
-        x[i] = rhs * inv[:, None]
-    for j in range(Lmax - 3, 0, -1):
-        sel = np.flatnonzero(j <= lens - 3)
-        if not sel.size:
-            continue
-        i = xp.asarray(starts[sel] + j)
-        x[i] = x[i] - cs[j][xp.asarray(sel)][:, None] * x[i + 1]
-
-
-# Kernels compile on first call and are cached on disk (module-level functions: numba cannot cache
-# closures, and every worker process would compile them again).
-_njit = numba.njit(cache=True, error_model="numpy", nogil=True)
-_inline = numba.njit(inline="always", error_model="numpy", cache=True)
-
-
-@_njit
-def reduce_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, G, Vt):
-    S = starts.size
-    V = d.shape[1]
-    R = b.shape[1]
-    sa = np.empty((G, Vt))
-    sc = np.empty((G, Vt))
-    sd = np.empty((G, R, Vt))
-    ri = np.empty((G, Vt))
-    cacc = np.zeros((G, Vt))
-    for s0 in range(0, S, G):
-        gn = min(G, S - s0)
-        Lmax = 0
-        for g in range(gn):
-            Lmax = max(Lmax, lens[s0 + g])
-        for v0 in range(0, V, Vt):
-            vn = min(Vt, V - v0)
-            cacc[:, :] = 0.0
-            # downward sweep: row i as  sa x_first + x_i + sc x_{i+1} = sd
-            for j in range(Lmax):
-                for g in range(gn):
-                    L = lens[s0 + g]
-                    if j >= L:
-                        continue
-                    i = starts[s0 + g] + j
-                    if j < 2:
-                        for v in range(vn):
-                            inv = 1.0 / d[i, v0 + v]
-                            a = dl[i, v0 + v]
-                            c = du[i, v0 + v]
-                            sa[g, v] = a * inv
-                            sc[g, v] = c * inv
-                            ri[g, v] = inv
-                            cacc[g, v] += (abs(a) + abs(c) + abs(d[i, v0 + v]) + abs(inv)) * _CHK_SCALE
-                        for q in range(R):
-                            for v in range(vn):
-                                bv = b[i, q, v0 + v]
-                                sd[g, q, v] = bv * ri[g, v]
-                                cacc[g, v] += abs(bv) * _CHK_SCALE
-                    else:
-                        for v in range(vn):
-                            a = dl[i, v0 + v]
-                            c = du[i, v0 + v]
-                            dd = d[i, v0 + v]
-                            inv = 1.0 / (dd - a * sc[g, v])
-                            sa[g, v] = -a * sa[g, v] * inv
-                            sc[g, v] = c * inv
-                            ri[g, v] = inv
-                            cacc[g, v] += (abs(a) + abs(c) + abs(dd) + abs(inv)) * _CHK_SCALE
-                        for q in range(R):
-                            for v in range(vn):
-                                bv = b[i, q, v0 + v]
-                                sd[g, q, v] = (bv - dl[i, v0 + v] * sd[g, q, v]) * ri[g, v]
-                                cacc[g, v] += abs(bv) * _CHK_SCALE
-                    if j == L - 1:
-                        r = rows0[s0 + g] + (1 if L >= 2 else 0)
-                        for v in range(vn):
-                            RA[r, v0 + v] = sa[g, v]
-                            RC[r, v0 + v] = sc[g, v]
-                        for q in range(R):
-                            for v in range(vn):
-                                RD[r, q, v0 + v] = sd[g, q, v]
-            # upward sweep: row i as  sa x_{i-1} + x_i + sc x_last = sd
-            for j in range(Lmax):
-                for g in range(gn):
-                    L = lens[s0 + g]
-                    if j >= L or L < 2:
-                        continue
-                    i = starts[s0 + g] + L - 1 - j
-                    if j < 2:
-                        for v in range(vn):
-                            inv = 1.0 / d[i, v0 + v]
-                            sa[g, v] = dl[i, v0 + v] * inv
-                            sc[g, v] = du[i, v0 + v] * inv
-                            ri[g, v] = inv
-                        for q in range(R):
-                            for v in range(vn):
-                                sd[g, q, v] = b[i, q, v0 + v] * ri[g, v]
-                    else:
-                        for v in range(vn):
-                            c = du[i, v0 + v]
-                            inv = 1.0 / (d[i, v0 + v] - c * sa[g, v])
-                            sa[g, v] = dl[i, v0 + v] * inv
-                            sc[g, v] = -c * sc[g, v] * inv
-                            ri[g, v] = inv
-                            cacc[g, v] += abs(inv) * _CHK_SCALE
-                        for q in range(R):
-                            for v in range(vn):
-                                sd[g, q, v] = (b[i, q, v0 + v] - du[i, v0 + v] * sd[g, q, v]) * ri[g, v]
-                    if j == L - 1:
-                        r = rows0[s0 + g]
-                        for v in range(vn):
-                            RA[r, v0 + v] = sa[g, v]
-                            RC[r, v0 + v] = sc[g, v]
-                        for q in range(R):
-                            for v in range(vn):
-                                RD[r, q, v0 + v] = sd[g, q, v]
-            for g in range(gn):
-                t = 0.0
-                for v in range(vn):
-                    t += cacc[g, v]
-                chk[s0 + g] += t
-
-@_njit
-def expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, G, Vt):
-    S = starts.size
-    V = d.shape[1]
-    R = b.shape[1]
-    Lmax = 0
-    for s in range(S):
-        Lmax = max(Lmax, lens[s])
-    cs = np.empty((max(Lmax, 1), G, Vt))
-    ri = np.empty((G, Vt))
-    for s0 in range(0, S, G):
-        gn = min(G, S - s0)
-        Lg = 0
-        for g in range(gn):
-            Lg = max(Lg, lens[s0 + g])
-        for v0 in range(0, V, Vt):
-            vn = min(Vt, V - v0)
-            for g in range(gn):
-                s = s0 + g
-                i0 = starts[s]
-                i1 = i0 + lens[s] - 1
-                for q in range(R):
-                    for v in range(vn):
-                        x[i0, q, v0 + v] = Y0[s, q, v0 + v]
-                        x[i1, q, v0 + v] = Y1[s, q, v0 + v]
-            # forward elimination of the interior rows 1..L-2, x_first/x_last known
-            for j in range(1, Lg - 1):
-                for g in range(gn):
-                    L = lens[s0 + g]
-                    if j > L - 2:
-                        continue
-                    i = starts[s0 + g] + j
-                    last = j == L - 2
-                    for v in range(vn):
-                        if j == 1:
-                            piv = d[i, v0 + v]
-                        else:
-                            piv = d[i, v0 + v] - dl[i, v0 + v] * cs[j - 1, g, v]
-                        inv = 1.0 / piv
-                        ri[g, v] = inv
-                        cs[j, g, v] = 0.0 if last else du[i, v0 + v] * inv
-                    for q in range(R):
-                        for v in range(vn):
-                            t = b[i, q, v0 + v] - dl[i, v0 + v] * x[i - 1, q, v0 + v]
-                            if last:
-                                t -= du[i, v0 + v] * x[i + 1, q, v0 + v]
-                            x[i, q, v0 + v] = t * ri[g, v]
-            for j in range(Lg - 3, 0, -1):
-                for g in range(gn):
-                    L = lens[s0 + g]
-                    if j > L - 3:
-                        continue
-                    i = starts[s0 + g] + j
-                    for q in range(R):
-                        for v in range(vn):
-                            x[i, q, v0 + v] -= cs[j, g, v] * x[i + 1, q, v0 + v]
-
-@_njit
-def thomas_kernel(dl, d, du, b, x):
-    nb, n = d.shape
-    cp = np.empty(n)
-    for k in range(nb):
-        inv = 1.0 / d[k, 0]
-        cp[0] = du[k, 0] * inv if n > 1 else 0.0
-        x[k, 0] = b[k, 0] * inv
-        for i in range(1, n):
-            inv = 1.0 / (d[k, i] - dl[k, i - 1] * cp[i - 1])
-            cp[i] = du[k, i] * inv if i < n - 1 else 0.0
-            x[k, i] = (b[k, i] - dl[k, i - 1] * x[k, i - 1]) * inv
-        for i in range(n - 2, -1, -1):
-            x[k, i] -= cp[i] * x[k, i + 1]
-
-@_njit
-def reduce1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
-    S = starts.size
-    R = b.shape[1]
-    dn = np.empty(R)
-    up = np.empty(R)
-    # one system: each sub-block's downward and upward sweeps run in one loop
-    # (two independent dependency chains); same arithmetic as reduce_kernel
-    for s in range(S):
-        L = lens[s]
-        i0 = starts[s]
-        acc = 0.0
-        da = dc = ua = uc = 0.0
-        for j in range(L):
-            # downward row i (x_first, x_i, x_{i+1}) and upward row k (x_{k-1}, x_k, x_last): independent chains
-            i = i0 + j
-            a = dl[i]
-            c = du[i]
-            dd = d[i]
-            if j < 2:
-                inv = 1.0 / dd
-                da = a * inv
-                for q in range(R):
-                    dn[q] = b[i, q] * inv
-            else:
-                inv = 1.0 / (dd - a * dc)
-                da = -a * da * inv
-                for q in range(R):
-                    dn[q] = (b[i, q] - a * dn[q]) * inv
-            dc = c * inv
-            tt = abs(a) + abs(c) + abs(dd) + abs(inv)
-            for q in range(R):
-                tt += abs(b[i, q])
-            acc += tt * _CHK_SCALE
-            if L >= 2:
-                k = i0 + L - 1 - j
-                a2 = dl[k]
-                c2 = du[k]
-                if j < 2:
-                    inv2 = 1.0 / d[k]
-                    uc = c2 * inv2
-                    for q in range(R):
-                        up[q] = b[k, q] * inv2
-                else:
-                    inv2 = 1.0 / (d[k] - c2 * ua)
-                    uc = -c2 * uc * inv2
-                    for q in range(R):
-                        up[q] = (b[k, q] - c2 * up[q]) * inv2
-                    acc += abs(inv2) * _CHK_SCALE
-                ua = a2 * inv2
-        r = rows0[s]
-        if L >= 2:
-            RA[r] = ua
-            RC[r] = uc
-            for q in range(R):
-                RD[r, q] = up[q]
-            r += 1
-        RA[r] = da
-        RC[r] = dc
-        for q in range(R):
-            RD[r, q] = dn[q]
-        chk[s] = acc
-
-@_njit
-def expand1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
-    S = starts.size
-    R = b.shape[1]
-    Lmax = 1
-    for s in range(S):
-        Lmax = max(Lmax, lens[s])
-    cs = np.empty(Lmax)
-    for s in range(S):
-        L = lens[s]
-        i0 = starts[s]
-        i1 = i0 + L - 1
-        for q in range(R):
-            x[i0, q] = Y0[s, q]
-            x[i1, q] = Y1[s, q]
-        prev = 0.0
-        for j in range(1, L - 1):
-            i = i0 + j
-            piv = d[i] if j == 1 else d[i] - dl[i] * prev
-            inv = 1.0 / piv
-            last = j == L - 2
-            prev = 0.0 if last else du[i] * inv
-            cs[j] = prev
-            for q in range(R):
-                tq = b[i, q] - dl[i] * x[i - 1, q]
-                if last:
-                    tq -= du[i] * x[i + 1, q]
-                x[i, q] = tq * inv
-        for j in range(L - 3, 0, -1):
-            i = i0 + j
-            for q in range(R):
-                x[i, q] -= cs[j] * x[i + 1, q]
-
-# One right-hand side of one system: the sweeps are latency-bound chains (a division per row), so
-# two sub-blocks of equal length run interleaved -- four (reduce) or two (expand) independent chains
-# per iteration -- with the chain state in registers.  Same arithmetic as reduce1/expand1.
-@_inline
-def down_row(j, a, dd, c, bb, da, dc, dn):
-    if j < 2:
-        inv = 1.0 / dd
-        da = a * inv
-        dn = bb * inv
-    else:
-        inv = 1.0 / (dd - a * dc)
-        da = -a * da * inv
-        dn = (bb - a * dn) * inv
-    return da, c * inv, dn, (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bb)) * _CHK_SCALE
-
-@_inline
-def up_row(j, a, dd, c, bb, ua, uc, up):
-    if j < 2:
-        inv = 1.0 / dd
-        uc = c * inv
-        up = bb * inv
-        t = 0.0
-    else:
-        inv = 1.0 / (dd - c * ua)
-        uc = -c * uc * inv
-        up = (bb - c * up) * inv
-        t = abs(inv) * _CHK_SCALE
-    return a * inv, uc, up, t
-
-@_inline
-def store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc):
-    r = rows0[s]
-    if L >= 2:
-        RA[r] = ua
-        RC[r] = uc
-        RD[r] = up
-        r += 1
-    RA[r] = da
-    RC[r] = dc
-    RD[r] = dn
-    chk[s] = acc
-
-@_njit
-def reduce1p_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk):
-    S = starts.size
-    s = 0
-    while s < S:
-        L = lens[s]
-        i0 = starts[s]
-        da = dc = dn = ua = uc = up = acc = 0.0
-        if s + 1 < S and lens[s + 1] == L and L >= 2:
-            p0 = starts[s + 1]
-            ea = ec = en = va = vc = vp = acc2 = 0.0
-            for j in range(L):
-                i, k = i0 + j, i0 + L - 1 - j
-                da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
-                acc += t
-                ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
-                acc += t
-                i, k = p0 + j, p0 + L - 1 - j
-                ea, ec, en, t = down_row(j, dl[i], d[i], du[i], b[i], ea, ec, en)
-                acc2 += t
-                va, vc, vp, t = up_row(j, dl[k], d[k], du[k], b[k], va, vc, vp)
-                acc2 += t
-            store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
-            store_rows(s + 1, L, rows0, RA, RC, RD, chk, ea, ec, en, va, vc, vp, acc2)
-            s += 2
-            continue
-        for j in range(L):
-            i = i0 + j
-            da, dc, dn, t = down_row(j, dl[i], d[i], du[i], b[i], da, dc, dn)
-            acc += t
-            if L >= 2:
-                k = i0 + L - 1 - j
-                ua, uc, up, t = up_row(j, dl[k], d[k], du[k], b[k], ua, uc, up)
-                acc += t
-        store_rows(s, L, rows0, RA, RC, RD, chk, da, dc, dn, ua, uc, up, acc)
-        s += 1
-
-@_inline
-def fwd_row(j, L, a, dd, c, bb, prev, xprev, xlast):
-    piv = dd if j == 1 else dd - a * prev
-    inv = 1.0 / piv
-    t = bb - a * xprev
-    if j == L - 2:
-        return 0.0, (t - c * xlast) * inv
-    return c * inv, t * inv
-
-@_njit
-def expand1p_kernel(dl, d, du, b, starts, lens, Y0, Y1, x):
-    S = starts.size
-    Lmax = 1
-    for s in range(S):
-        Lmax = max(Lmax, lens[s])
-    cs = np.empty((2, Lmax))
-    s = 0
-    while s < S:
-        L = lens[s]
-        i0 = starts[s]
-        x[i0] = Y0[s]
-        x[i0 + L - 1] = Y1[s]
-        pair = s + 1 < S and lens[s + 1] == L
-        p0 = starts[s + 1] if pair else i0
-        if pair:
-            x[p0] = Y0[s + 1]
-            x[p0 + L - 1] = Y1[s + 1]
-        prev = prev2 = 0.0
-        xp_ = Y0[s]
-        xq = Y0[s + 1] if pair else 0.0
-        for j in range(1, L - 1):
-            i = i0 + j
-            prev, xp_ = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev, xp_, x[i0 + L - 1])
-            cs[0, j] = prev
-            x[i] = xp_
-            if pair:
-                i = p0 + j
-                prev2, xq = fwd_row(j, L, dl[i], d[i], du[i], b[i], prev2, xq, x[p0 + L - 1])
-                cs[1, j] = prev2
-                x[i] = xq
-        if L >= 3:
-            xn = x[i0 + L - 2]
-            xm = x[p0 + L - 2]
-            for j in range(L - 3, 0, -1):
-                xn = x[i0 + j] - cs[0, j] * xn
-                x[i0 + j] = xn
-                if pair:
-                    xm = x[p0 + j] - cs[1, j] * xm
-                    x[p0 + j] = xm
-        s += 2 if pair else 1
-
-# A batch with one right-hand side: one fused loop over the tile's systems per row, the sweep
-# state (a few rows of Vt doubles) in L1.  Same arithmetic as reduce_kernel/expand_kernel.
-@_njit
-def reduce_b1_kernel(dl, d, du, b, starts, lens, rows0, RA, RC, RD, chk, Vt):
-    S = starts.size
-    V = d.shape[1]
-    sa = np.empty(Vt)
-    sc = np.empty(Vt)
-    sd = np.empty(Vt)
-    cacc = np.empty(Vt)
-    for s in range(S):
-        L = lens[s]
-        i0 = starts[s]
-        r = rows0[s]
-        for v0 in range(0, V, Vt):
-            vn = min(Vt, V - v0)
-            cacc[:vn] = 0.0
-            for j in range(L):
-                i = i0 + j
-                if j < 2:
-                    for v in range(vn):
-                        a = dl[i, v0 + v]
-                        c = du[i, v0 + v]
-                        dd = d[i, v0 + v]
-                        bv = b[i, v0 + v]
-                        inv = 1.0 / dd
-                        sa[v] = a * inv
-                        sc[v] = c * inv
-                        sd[v] = bv * inv
-                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * _CHK_SCALE
-                else:
-                    for v in range(vn):
-                        a = dl[i, v0 + v]
-                        c = du[i, v0 + v]
-                        dd = d[i, v0 + v]
-                        bv = b[i, v0 + v]
-                        inv = 1.0 / (dd - a * sc[v])
-                        sa[v] = -a * sa[v] * inv
-                        sc[v] = c * inv
-                        sd[v] = (bv - a * sd[v]) * inv
-                        cacc[v] += (abs(a) + abs(c) + abs(dd) + abs(inv) + abs(bv)) * _CHK_SCALE
-            rl = r + (1 if L >= 2 else 0)
-            for v in range(vn):
-                RA[rl, v0 + v] = sa[v]
-                RC[rl, v0 + v] = sc[v]
-                RD[rl, v0 + v] = sd[v]
-            if L >= 2:
-                for j in range(L):
-                    i = i0 + L - 1 - j
-                    if j < 2:
-                        for v in range(vn):
-                            inv = 1.0 / d[i, v0 + v]
-                            sa[v] = dl[i, v0 + v] * inv
-                            sc[v] = du[i, v0 + v] * inv
-                            sd[v] = b[i, v0 + v] * inv
-                    else:
-                        for v in range(vn):
-                            c = du[i, v0 + v]
-                            inv = 1.0 / (d[i, v0 + v] - c * sa[v])
-                            sa[v] = dl[i, v0 + v] * inv
-                            sc[v] = -c * sc[v] * inv
-                            sd[v] = (b[i, v0 + v] - c * sd[v]) * inv
-                            cacc[v] += abs(inv) * _CHK_SCALE
-                for v in range(vn):
-                    RA[r, v0 + v] = sa[v]
-                    RC[r, v0 + v] = sc[v]
-                    RD[r, v0 + v] = sd[v]
-            tsum = 0.0
-            for v in range(vn):
-                tsum += cacc[v]
-            chk[s] += tsum
-
-@_njit
-def expand_b1_kernel(dl, d, du, b, starts, lens, Y0, Y1, x, Vt):
-    S = starts.size
-    V = d.shape[1]
-    Lmax = 1
-    for s in range(S):
-        Lmax = max(Lmax, lens[s])
-    cs = np.empty((Lmax, Vt))
-    # the neighbouring row's values live in their own scratch rows, so the compiler sees
-    # no dependence between rows of x (or of cs) and vectorizes across systems
-    cprev = np.empty(Vt)
-    xnb = np.empty(Vt)
-    for s in range(S):
-        L = lens[s]
-        i0 = starts[s]
-        i1 = i0 + L - 1
-        for v0 in range(0, V, Vt):
-            vn = min(Vt, V - v0)
-            for v in range(vn):
-                xnb[v] = Y0[s, v0 + v]
-                x[i0, v0 + v] = Y0[s, v0 + v]
-                x[i1, v0 + v] = Y1[s, v0 + v]
-                cprev[v] = 0.0
-            for j in range(1, L - 1):
-                i = i0 + j
-                if j == L - 2:
-                    for v in range(vn):
-                        a = dl[i, v0 + v]
-                        piv = d[i, v0 + v] if j == 1 else d[i, v0 + v] - a * cprev[v]
-                        inv = 1.0 / piv
-                        cs[j, v] = 0.0
-                        xv = (b[i, v0 + v] - a * xnb[v] - du[i, v0 + v] * Y1[s, v0 + v]) * inv
-                        x[i, v0 + v] = xv
-                        xnb[v] = xv
-                elif j == 1:
-                    for v in range(vn):
-                        inv = 1.0 / d[i, v0 + v]
-                        cj = du[i, v0 + v] * inv
-                        cs[j, v] = cj
-                        cprev[v] = cj
-                        xv = (b[i, v0 + v] - dl[i, v0 + v] * xnb[v]) * inv
-                        x[i, v0 + v] = xv
-                        xnb[v] = xv
-                else:
-                    for v in range(vn):
-                        a = dl[i, v0 + v]
-                        inv = 1.0 / (d[i, v0 + v] - a * cprev[v])
-                        cj = du[i, v0 + v] * inv
-                        cs[j, v] = cj
-                        cprev[v] = cj
-                        xv = (b[i, v0 + v] - a * xnb[v]) * inv
-                        x[i, v0 + v] = xv
-                        xnb[v] = xv
-            # xnb holds row L-2 now: walk back up
-            for j in range(L - 3, 0, -1):
-                i = i0 + j
-                for v in range(vn):
-                    xv = x[i, v0 + v] - cs[j, v] * xnb[v]
-                    x[i, v0 + v] = xv
-                    xnb[v] = xv
-
-
-@_njit
-def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
-    # one pass per tile of Vt systems over the rank's blocks: forward elimination into x (b') and a ring of
-    # c'; every W rows, back-substitute the window from H rows further down (x there taken as 0: the
-    # dropped term is prod |c'| over the halo, tracked in tau[0]).  Rows go in pairs, the recurrences held
-    # in registers across the pair (W, H and the ring even; windows end on odd rows): a third fewer loads
-    # and stores per element.  Inner loops touch an array at one row per slice: a loop that indexes two
-    # rows of one array through the same view falls off LLVM's vector path.
-    # Finiteness: every b' is stored as b' + 0 * (pivot + c'), non-finite iff an input is (a at a block's
-    # first row: inf * 0 = nan) or a pivot is 0; the back-substitution carries a nan or inf up to its
-    # window's top row, whose values are summed into chk.  Huge finite values may overflow it too, which
-    # only sends the solve to the two-pass path.
-    S = starts.size
-    V = d.shape[1]
-    RB = W + H
-    rc = np.empty((RB, Vt))
-    vs = np.empty((H, Vt))      # the x_prev column of the block's first H rows (v' on the way down)
-    ws = np.empty((H, Vt))      # the x_next column of the previous block's last H rows
-    cp = np.empty(Vt)
-    bp = np.empty(Vt)
-    vp = np.empty(Vt)
-    xn = np.empty(Vt)
-    pp = np.empty(Vt)
-    top_sum = np.empty(Vt)
-    p = np.empty(Vt)
-    q = np.empty(Vt)
-    t_halo = 0.0
-    t_v = 0.0
-    t_w = 0.0
-    for v0 in range(0, V, Vt):
-        vn = min(Vt, V - v0)
-        v1 = v0 + vn
-        for v in range(vn):
-            top_sum[v] = 0.0
-        for s in range(S):
-            i0 = starts[s]
-            L = lens[s]
-            for v in range(vn):
-                cp[v] = 0.0
-                bp[v] = 0.0
-                vp[v] = -1.0
-            k = 0
-            j = 0
-            while j < L:
-                e = min((k + 1) * W + H, L) - 1
-                # ---- forward rows j..e: pairs, then the block's last row when L is odd
-                while j < e:
-                    i = i0 + j
-                    a0, d0, c0, b0 = dl[i, v0:v1], d[i, v0:v1], du[i, v0:v1], b[i, v0:v1]
-                    a1, d1, c1, b1 = dl[i + 1, v0:v1], d[i + 1, v0:v1], du[i + 1, v0:v1], b[i + 1, v0:v1]
-                    x0, x1 = x[i, v0:v1], x[i + 1, v0:v1]
-                    r0_, r1_ = rc[j % RB], rc[(j + 1) % RB]
-                    # the first H rows also carry v' (x_prev's column) in their own loop
-                    if j < H:
-                        vs0, vs1 = vs[j], vs[j + 1]
-                        for v in range(vn):
-                            inv0, inv1 = _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
-                            w0 = -a0[v] * vp[v] * inv0
-                            w1 = -a1[v] * w0 * inv1
-                            vs0[v] = w0
-                            vs1[v] = w1
-                            vp[v] = w1
-                    else:
-                        for v in range(vn):
-                            _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
-                    j += 2
-                if j == e:
-                    i = i0 + j
-                    a0, d0, c0, b0, x0 = dl[i, v0:v1], d[i, v0:v1], du[i, v0:v1], b[i, v0:v1], x[i, v0:v1]
-                    r0_ = rc[j % RB]
-                    if j < H:
-                        vs0 = vs[j]
-                        for v in range(vn):
-                            inv0 = _eliminate(v, a0, d0, c0, b0, cp, bp, r0_, x0)
-                            w0 = -a0[v] * vp[v] * inv0
-                            vs0[v] = w0
-                            vp[v] = w0
-                    else:
-                        for v in range(vn):
-                            _eliminate(v, a0, d0, c0, b0, cp, bp, r0_, x0)
-                    j += 1
-                # ---- window k: rows r0 .. r1-1 become final (up to the block's edge columns)
-                last = e == L - 1
-                r0 = k * W
-                k += 1
-                if last:
-                    xe = x[i0 + L - 1, v0:v1]
-                    for v in range(vn):
-                        xn[v] = xe[v]
-                    top = L - 2
-                else:
-                    r1 = k * W
-                    xe = x[i0 + e, v0:v1]
-                    rce = rc[e % RB]
-                    for v in range(vn):
-                        xn[v] = xe[v]
-                        pp[v] = abs(rce[v])
-                    jj = e - 1
-                    while jj > r1:
-                        ra, rb_ = rc[jj % RB], rc[(jj - 1) % RB]
-                        xa, xb = x[i0 + jj, v0:v1], x[i0 + jj - 1, v0:v1]
-                        for v in range(vn):
-                            ca = ra[v]
-                            cb = rb_[v]
-                            xn[v] = xb[v] - cb * (xa[v] - ca * xn[v])
-                            pp[v] *= abs(ca) * abs(cb)
-                        jj -= 2
-                    if jj == r1:
-                        rcs = rc[jj % RB]
-                        xr = x[i0 + jj, v0:v1]
-                        for v in range(vn):
-                            cv = rcs[v]
-                            xn[v] = xr[v] - cv * xn[v]
-                            pp[v] *= abs(cv)
-                    for v in range(vn):
-                        t_halo = max(t_halo, pp[v])
-                    top = r1 - 1
-                jj = top
-                while jj > r0:
-                    ra, rb_ = rc[jj % RB], rc[(jj - 1) % RB]
-                    xa, xb = x[i0 + jj, v0:v1], x[i0 + jj - 1, v0:v1]
-                    for v in range(vn):
-                        ya = xa[v] - ra[v] * xn[v]
-                        xa[v] = ya
-                        yb = xb[v] - rb_[v] * ya
-                        xb[v] = yb
-                        xn[v] = yb
-                    jj -= 2
-                if jj == r0:
-                    rcs = rc[jj % RB]
-                    xr = x[i0 + jj, v0:v1]
-                    for v in range(vn):
-                        xv = xr[v] - rcs[v] * xn[v]
-                        xn[v] = xv
-                        xr[v] = xv
-                for v in range(vn):
-                    top_sum[v] += xn[v]
-                if r0 == 0:
-                    # v = the x_prev column back-substituted over the first H rows (dropped: |v'_{H-1}|)
-                    vl = vs[H - 1]
-                    for v in range(vn):
-                        t_v = max(t_v, abs(vl[v]))
-                        xn[v] = vl[v]
-                    for jj in range(H - 2, -1, -1):
-                        rcs = rc[jj % RB]
-                        vr_ = vs[jj]
-                        for v in range(vn):
-                            xv = vr_[v] - rcs[v] * xn[v]
-                            xn[v] = xv
-                            vr_[v] = xv
-                    if s == 0:
-                        x0 = x[i0, v0:v1]
-                        for v in range(vn):
-                            edge[0, v0 + v] = x0[v]
-                            edge[1, v0 + v] = vs[0, v]
-                        for t_ in range(H):
-                            VS[t_, v0:v1] = vs[t_, :vn]
-                    else:
-                        # the interface (block s-1 | block s), solved and applied as fused_fix does between
-                        # ranks (the same helpers), so answers do not depend on where ranks split the line
-                        ip = starts[s - 1] + lens[s - 1] - H
-                        if _interface(x[ip + H - 1, v0:v1], ws[H - 1], x[i0, v0:v1], vs[0], p, q, vn):
-                            t_halo = np.inf
-                        _minus_column(x, ip, ws, q, v0, vn)
-                        _minus_column(x, i0, vs, p, v0, vn)
-                if last:
-                    # w = the x_next column over the last H rows (dropped: |w_{L-H}|)
-                    rcl = rc[(L - 1) % RB]
-                    wt = ws[H - 1]
-                    for v in range(vn):
-                        wt[v] = rcl[v]
-                        xn[v] = rcl[v]
-                    for t_ in range(H - 2, -1, -1):
-                        rcs = rc[(L - H + t_) % RB]
-                        wt = ws[t_]
-                        for v in range(vn):
-                            xv = -rcs[v] * xn[v]
-                            xn[v] = xv
-                            wt[v] = xv
-                    for v in range(vn):
-                        t_w = max(t_w, abs(xn[v]))
-                    if s == S - 1:
-                        xl = x[i0 + L - 1, v0:v1]
-                        for v in range(vn):
-                            edge[2, v0 + v] = xl[v]
-                            edge[3, v0 + v] = ws[H - 1, v]
-                        for t_ in range(H):
-                            WS[t_, v0:v1] = ws[t_, :vn]
-        tsum = 0.0
-        for v in range(vn):
-            tsum += top_sum[v]
-        chk[0] += tsum
-    tau[0] = max(tau[0], t_halo)
-    tau[1] = max(tau[1], t_v)
-    tau[2] = max(tau[2], t_w)
-
-
-@_inline
-def _step(a, d, c, b, cprev, bprev):
-    # one row of the forward elimination for one system: 1 / pivot, c', b', and b' as stored in x (with
-    # the finiteness term: non-finite iff an input is or the pivot is 0)
-    piv = d - a * cprev
-    inv = 1.0 / piv
-    c1 = c * inv
-    b1 = (b - a * bprev) * inv
-    return inv, c1, b1, b1 + 0.0 * (piv + c1)
-
-
-@_inline
-def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr):
-    # one row for system v: c' into the ring and cp, b' into x and bp; returns 1 / pivot
-    inv, c1, b1, xr[v] = _step(ar[v], dr[v], cr[v], br[v], cp[v], bp[v])
-    cp[v] = c1
-    bp[v] = b1
-    rcs[v] = c1
-    return inv
-
-
-@_inline
-def _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
-    # two rows of _eliminate, the first row's c' and b' kept in registers for the second
-    inv0, cc, bb, x0[v] = _step(a0[v], d0[v], c0[v], b0[v], cp[v], bp[v])
-    rc0[v] = cc
-    inv1, cc, bb, x1[v] = _step(a1[v], d1[v], c1[v], b1[v], cc, bb)
-    rc1[v] = cc
-    cp[v] = cc
-    bp[v] = bb
-    return inv0, inv1
-
-
-@_njit
-def compact_rhs_kernel(f, left, right, c1, c2, rhs):
-    # the compact scheme's explicit stencil, c1 (f[i+1] - f[i-1]) + c2 (f[i+2] - f[i-2]), rows outside the
-    # block from the halos (left: rows -2, -1; right: rows m, m+1); numpy's operation order
-    m, V = f.shape
-    for i in range(m):
-        fm2 = f[i - 2] if i >= 2 else left[i]
-        fm1 = f[i - 1] if i >= 1 else left[i + 1]
-        fp1 = f[i + 1] if i + 1 < m else right[i + 1 - m]
-        fp2 = f[i + 2] if i + 2 < m else right[i + 2 - m]
-        out = rhs[i]
-        for v in range(V):
-            out[v] = c1 * (fp1[v] - fm1[v]) + c2 * (fp2[v] - fm2[v])
-
-
-@_njit
-def decay_kernel(dl, d, du, skip, upto):
-    # the largest product, over one system's rows skip..upto-1, of |c'| (how x_next's influence decays
-    # going up) or of |a / pivot| (x_prev's going down) in a forward elimination from row 0
-    V = d.shape[1]
-    cp = np.zeros(V)
-    pc = np.ones(V)
-    pa = np.ones(V)
-    for i in range(upto):
-        ar = dl[i]
-        dr = d[i]
-        cr = du[i]
-        if i < skip:
-            for v in range(V):
-                cp[v] = cr[v] / (dr[v] - ar[v] * cp[v])
-        else:
-            for v in range(V):
-                inv = 1.0 / (dr[v] - ar[v] * cp[v])
-                c1 = cr[v] * inv
-                cp[v] = c1
-                pc[v] *= abs(c1)
-                pa[v] *= abs(ar[v] * inv)
-    worst = 0.0
-    for v in range(V):
-        worst = max(worst, pc[v], pa[v])
-    return worst
-
-
-@_njit
-def fused_fix_kernel(x, r0, C, yl, wl, yr, vr, side, bad):
-    # an interface between ranks: the same 2x2 solve and correction as fused_kernel's inside a rank
-    V = x.shape[1]
-    p = np.empty(V)
-    q = np.empty(V)
-    if _interface(yl, wl, yr, vr, p, q, V):
-        bad[0] = 1.0
-    _minus_column(x, r0, C, p if side == 0 else q, 0, V)
-
-
-@_inline
-def _interface(yl, wl, yr, vr, p, q, n):
-    # the 2x2 system of an interface, for n systems: p = x_last of the upper block, q = x_first of the
-    # lower, from y_last, w_last (upper) and y_first, v_first (lower); True when one is singular
-    bad = False
-    for v in range(n):
-        det = 1.0 - wl[v] * vr[v]
-        p[v] = (yl[v] - wl[v] * yr[v]) / det
-        q[v] = (yr[v] - vr[v] * yl[v]) / det
-        if det == 0.0:
-            bad = True
-    return bad
-
-
-@_inline
-def _minus_column(x, r0, C, sol, v0, n):
-    # rows r0.. of x (systems v0..v0+n) minus C[t] * sol: a neighbour's unknown entering through its column
-    for t_ in range(C.shape[0]):
-        xr = x[r0 + t_, v0:v0 + n]
-        ct = C[t_]
-        for v in range(n):
-            xr[v] = xr[v] - ct[v] * sol[v]

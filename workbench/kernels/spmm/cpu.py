@@ -1,0 +1,161 @@
+"""SpMM's local CPU kernels (numba): the CSR x dense row kernel with software
+prefetch of B's rows (and its fixed-width variants), the column-range tile
+splitter and the finiteness scan.  Their numba.cuda twins live in
+:mod:`.cuda`."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@numba.njit(cache=True, nogil=True)
+def _finite_nb(v):  # pragma: no cover - compiled
+    for x in v:
+        if not np.isfinite(x):
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_tiles_nb(indptr, indices, data, koffs, out_idx, out_val):  # pragma: no cover - compiled
+    m = indptr.size - 1
+    T = koffs.size - 1
+    n = koffs[T]
+    mark = np.zeros(n, np.uint8)
+    counts = np.zeros((T, m + 1), np.int64)
+    tile = np.empty(indices.size, np.int32)
+    for i in range(m):
+        for p in range(indptr[i], indptr[i + 1]):
+            c = indices[p]
+            t = 0
+            while c >= koffs[t + 1]:  # T is the worker count: a scan beats a bisection
+                t += 1
+            tile[p] = t
+            counts[t, i + 1] += 1
+            mark[c] = 1
+    pos = np.empty(n, np.int64)
+    nrows = np.zeros(T + 1, np.int64)
+    for t in range(T):
+        q = 0
+        for c in range(koffs[t], koffs[t + 1]):
+            if mark[c]:
+                pos[c] = q
+                q += 1
+        nrows[t + 1] = nrows[t] + q
+    rows = np.empty(nrows[T], np.int64)
+    for t in range(T):
+        q = nrows[t]
+        for c in range(koffs[t], koffs[t + 1]):
+            if mark[c]:
+                rows[q] = c - koffs[t]
+                q += 1
+    starts = np.zeros(T + 1, np.int64)
+    for t in range(T):
+        for i in range(m):
+            counts[t, i + 1] += counts[t, i]
+        starts[t + 1] = starts[t] + counts[t, m]
+    fill = np.empty((T, m), np.int64)
+    for t in range(T):
+        for i in range(m):
+            fill[t, i] = starts[t] + counts[t, i]
+    for i in range(m):
+        for p in range(indptr[i], indptr[i + 1]):
+            t = tile[p]
+            q = fill[t, i]
+            fill[t, i] = q + 1
+            out_idx[q] = pos[indices[p]]
+            out_val[q] = data[p]
+    return counts, starts, nrows, rows
+
+
+_PREFETCH_DIST = 16
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i, j):  # pragma: no cover - compiled
+    """``llvm.prefetch`` (read, keep in all cache levels) of ``arr[i, j]``."""
+    sig = types.void(arr, i, j)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ii = context.cast(builder, args[1], signature.args[1], types.intp)
+        jj = context.cast(builder, args[2], signature.args[2], types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [ii, jj], wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        # the intrinsic's name mangles the pointer type: "p0" once LLVM has opaque pointers
+        # (llvmlite >= 0.44, which grew this flag), "p0i8" before
+        import llvmlite
+
+        name = "llvm.prefetch.p0" if hasattr(llvmlite, "ir_layer_typed_pointers_enabled") else "llvm.prefetch.p0i8"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            name)
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(inline="always")
+def _spmm_body(indptr, indices, data, B, C, accumulate, dist, K):  # pragma: no cover - compiled
+    """``C (+)= A @ B`` for CSR A: a row loop, B's rows prefetched ``dist``
+    nonzeros ahead, the K loop innermost over contiguous rows (SIMD) into a
+    row accumulator that is written to C once."""
+    m = indptr.size - 1
+    nnz = indptr[m]
+    line = max(1, 64 // B.itemsize)  # elements per cache line
+    acc = np.empty(K, C.dtype)
+    for i in range(m):
+        if accumulate:
+            for t in range(K):
+                acc[t] = C[i, t]
+        else:
+            for t in range(K):
+                acc[t] = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            q = p + dist
+            if q < nnz:
+                rq = indices[q]
+                for t in range(0, K, line):
+                    _prefetch(B, rq, t)
+            c = indices[p]
+            v = data[p]
+            for t in range(K):
+                acc[t] += v * B[c, t]
+        for t in range(K):
+            C[i, t] = acc[t]
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_nb(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, C.shape[1])
+
+
+# The same kernel with k a compile-time constant (inlined): the k loop unrolls
+# fully and the accumulator's size is known -- markedly faster at these widths.
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k16(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 16)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k32(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 32)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k64(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 64)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract"})
+def _spmm_k128(indptr, indices, data, B, C, accumulate, dist):  # pragma: no cover - compiled
+    _spmm_body(indptr, indices, data, B, C, accumulate, dist, 128)
+
+
+_FIXED_K = {16: _spmm_k16, 32: _spmm_k32, 64: _spmm_k64, 128: _spmm_k128}
