@@ -58,6 +58,7 @@ __all__ = [
     "resilient",
     "lost_parts",
     "await_workers",
+    "check_entries",
 ]
 
 
@@ -367,18 +368,91 @@ def _keeps_source(fn: Callable) -> Callable:
         if isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
             return fn(obj, client, **kwargs)
         client = default_client(client)
+        _check_distribute(obj, client, **kwargs)
         _check_fits(client, _host_nbytes(obj) * replicas, kwargs.get("workers"), kwargs.get("n_parts"), "the data")
         out = fn(obj, client, **kwargs)
         if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
             out.lineage = _host_lineage(out, obj, replicas)
             if replicas > 1:
-                if replicas > len(set(worker_addresses(client))):
-                    raise ValueError(f"replicas={replicas} needs as many workers; the cluster has "
-                                     f"{len(worker_addresses(client))}")
                 client.replicate(out.parts, n=replicas)
         return out
 
     return wrapper
+
+
+def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any = None, workers: Any = None,
+                      n_parts: Any = None, symmetric: Any = None, replicas: int = 1) -> None:
+    """:func:`distribute`'s arguments, checked on the client before anything is scattered."""
+    if partition not in ("1d", "2d"):
+        raise ValueError(f"partition must be '1d' or '2d', got {partition!r}")
+    if not (_is_sparse(obj) or isinstance(obj, list | tuple) or hasattr(obj, "__array__")
+            or hasattr(obj, "__cuda_array_interface__")):
+        raise TypeError(f"obj must be a scipy.sparse matrix, an array (numpy, cupy, dask) or a container, "
+                        f"got {type(obj).__name__}")
+    shape = tuple(getattr(obj, "shape", None) or np.shape(obj))
+    if not shape:
+        raise ValueError("obj must have at least one dimension, got a scalar")
+    dt = np.dtype(getattr(obj, "dtype", None) or np.asarray(obj).dtype)
+    if dt.kind not in "biufc":
+        raise TypeError(f"obj must hold numbers, got dtype {dt}")
+    if min(shape) == 0:
+        raise ValueError(f"obj is empty (shape {shape})")
+    if n_parts is not None and (not isinstance(n_parts, int | np.integer) or isinstance(n_parts, bool)
+                                or n_parts < 1):
+        raise ValueError(f"n_parts must be a positive int or None, got {n_parts!r}")
+    if symmetric is not None and not isinstance(symmetric, bool | np.bool_):
+        raise TypeError(f"symmetric must be a bool or None, got {type(symmetric).__name__}")
+    alive = worker_addresses(client)
+    if workers is not None:
+        if isinstance(workers, str) or not all(isinstance(w, str) for w in workers) or not workers:
+            raise TypeError(f"workers must be a non-empty list of worker addresses, got {workers!r}")
+        unknown = sorted(set(workers) - set(alive))
+        if unknown:
+            raise ValueError(f"workers {unknown} are not workers of this cluster ({len(alive)} workers)")
+    addrs = list(workers) if workers is not None else alive
+    if not addrs:
+        raise ValueError("the cluster has no workers")
+    if replicas > len(set(alive)):
+        raise ValueError(f"replicas={replicas} needs as many workers; the cluster has {len(set(alive))}")
+    if partition == "2d":
+        if len(shape) != 2:
+            raise ValueError(f"partition='2d' needs a 2-D obj, got shape {shape}")
+        if grid is not None:
+            if (not isinstance(grid, tuple | list) or len(grid) != 2
+                    or not all(isinstance(g, int | np.integer) and not isinstance(g, bool) and g >= 1 for g in grid)):
+                raise ValueError(f"grid must be a pair of positive ints (R, C), got {grid!r}")
+            if grid[0] * grid[1] > len(addrs):
+                raise ValueError(f"grid {grid[0]}x{grid[1]} needs {grid[0] * grid[1]} workers, the cluster has "
+                                 f"{len(addrs)}")
+    elif grid is not None:
+        raise ValueError(f"grid applies to partition='2d' only, got grid={grid!r} with partition={partition!r}")
+
+
+def check_entries(name: str, obj: Any) -> None:
+    """Check, on the client, that ``obj`` holds real numbers and, when it is host or device data (not
+    a container or dask array: those are checked where they live), that none is NaN or infinite.
+
+    Raises
+    ------
+    TypeError
+        The dtype is not real (strings, objects, complex).
+    ValueError
+        A NaN or infinite entry.
+
+    Examples
+    --------
+    >>> check_entries("graph", sp.csr_matrix(np.eye(3)))          # doctest: +SKIP
+    """
+    dt = np.dtype(obj.dtype)
+    if dt.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {dt}")
+    if dt.kind != "f" or isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
+        return
+    from .backend import namespace
+
+    vals = obj.data if hasattr(obj, "indptr") else obj
+    if not bool(namespace(vals).isfinite(vals).all()):
+        raise ValueError(f"{name} has NaN or infinite entries")
 
 
 def _is_dask(obj: Any) -> bool:
