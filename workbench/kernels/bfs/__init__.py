@@ -55,7 +55,7 @@ import scipy.sparse as sp
 
 from ... import comms
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, grid_shape, resilient
+from ...partition import BlockGrid, RowBlocks, check_entries, grid_shape, resilient
 from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
 from .rules import _RULES as _RULES
 from .rules import _check_block
@@ -383,6 +383,8 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
         P = None
     else:
         raise TypeError(f"graph must be a scipy sparse matrix, RowBlocks or BlockGrid, got {type(graph).__name__}")
+    if not isinstance(graph, _Shape):
+        check_entries("graph", graph)  # any nonzero is an edge, but NaN, inf or complex is a mistake
     if graph.shape[0] != graph.shape[1]:
         raise ValueError(f"graph must be square (an adjacency matrix), got shape {graph.shape}")
     n = int(graph.shape[0])

@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, distribute, resilient
+from ...partition import BlockGrid, RowBlocks, block_offsets, check_entries, check_symmetric, distribute, resilient
 from .ranks import _color_rank, priority_hash
 
 __all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash"]
@@ -267,6 +267,7 @@ def _check_args(graph: Any, distance: Any, tie_break: Any, max_rounds: Any) -> t
         raise TypeError(f"graph must be a scipy.sparse matrix or RowBlocks, got {type(graph).__name__}")
     if len(shape) != 2 or min(shape) < 1:
         raise ValueError(f"graph must be a non-empty 2-D matrix, got shape {shape}")
+    check_entries("graph", graph)  # any nonzero is an edge, but NaN, inf or complex is a mistake
     if distance == "partial2":
         return distance, tie_break
     if shape[0] != shape[1]:
