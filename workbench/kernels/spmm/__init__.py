@@ -304,6 +304,9 @@ def _validate_spmm(A: Any, B: Any, algorithm: str, grid: tuple[int, int] | None)
         raise ValueError(f"A must be 2-D, got shape {tuple(A.shape)}")
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"inner dimensions differ: A is {tuple(A.shape)}, B is {tuple(B.shape)}")
+    for name, x in (("A", A), ("B", B)):
+        if min(x.shape) == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); spmm needs rows and columns in A and B")
     _check_dtype("A", A.dtype)
     _check_dtype("B", B.dtype)
     if grid is not None:
