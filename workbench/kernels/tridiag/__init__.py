@@ -541,7 +541,24 @@ def _validate_system(dl: Any, d: Any, du: Any, b: Any, periodic: Any, reduced: A
     R = int(b.shape[-1]) if b.ndim == len(lead) + 1 else 1
     if R < 1:
         raise ValueError("b has zero right-hand sides")
+    if source == "host":
+        _check_zero_rows(dl, d, du, bool(periodic))
     return _Spec(source, n, V, R, batched, b.ndim, bool(periodic), reduced, engine, dl, d, du, b)
+
+
+def _check_zero_rows(dl: np.ndarray, d: np.ndarray, du: np.ndarray, periodic: bool) -> None:
+    """A row of A that is all zero makes the system singular: cheap to see on the client (other
+    singular systems show as a zero pivot on the workers)."""
+    mag = np.abs(d)
+    if periodic:
+        mag = mag + np.abs(dl) + np.abs(du)
+    else:
+        mag[..., 1:] += np.abs(dl)
+        mag[..., :-1] += np.abs(du)
+    zero = np.flatnonzero((mag == 0).reshape(-1, mag.shape[-1]).any(axis=0))
+    if zero.size:
+        raise np.linalg.LinAlgError(f"the system is singular: dl, d and du are all zero in row {int(zero[0])}"
+                                    f"{f' (and {zero.size - 1} more)' if zero.size > 1 else ''}")
 
 
 def _validate_rows(dl: RowBlocks, d: RowBlocks, du: RowBlocks, b: RowBlocks, periodic: bool, reduced: str,
