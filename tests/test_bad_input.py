@@ -1,0 +1,317 @@
+"""Bad input stays clear (issue 19, item 5): every kernel, ``wb.distribute`` and ``wb.cluster`` answer
+NaN/inf, wrong shapes, wrong dtypes, empty inputs and out-of-range parameters with a ValueError or
+TypeError that names the argument.  Checks that are cheap on the client run there, before anything
+reaches the cluster (the scheduler sees no new task and no transition); checks that need the data
+where it lies (distributed containers, singular systems) run on the workers and still end in one
+clear error on the client, without the worker logging the rank as a failed task.  The cluster keeps
+all its workers throughout.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import workbench as wb
+
+N_WORKERS = 2
+
+
+def _scheduler_state(dask_scheduler) -> tuple:
+    return dask_scheduler.transition_counter, len(dask_scheduler.tasks), tuple(sorted(dask_scheduler.workers))
+
+
+def _quiet_state(client) -> tuple:
+    """The scheduler's (transitions, tasks, workers) once earlier work has settled (futures released by
+    other tests reach the scheduler a moment later)."""
+    gc.collect()
+    last = client.run_on_scheduler(_scheduler_state)
+    for _ in range(40):
+        time.sleep(0.05)
+        now = client.run_on_scheduler(_scheduler_state)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def _failed_task_logs(client) -> int:
+    return sum("Compute Failed" in msg for logs in client.get_worker_logs().values() for _, msg in logs)
+
+
+@dataclass
+class Case:
+    """One bad call: it must raise ``exc`` with a message matching ``names``."""
+
+    id: str
+    call: object  # (client, data) -> anything
+    exc: type
+    names: str    # a regex the message must match: the argument's name
+    where: str = "client"  # "client": nothing reaches the cluster; "cluster": found on the workers
+
+
+@pytest.fixture(scope="module")
+def data(clients):
+    client = clients(N_WORKERS)
+    rng = np.random.default_rng(0)
+    A = wb.data.rmat(6, seed=1)                      # 64 vertices, symmetric
+    n = A.shape[0]
+    directed = sp.triu(A, 1, format="csr")
+    X = rng.random((40, 3))
+    pts = rng.random((50, 2))
+    m = 24
+    d = SimpleNamespace(
+        A=A, n=n, directed=directed, X=X, pts=pts,
+        B=rng.random((n, 3)),
+        x3=rng.random((8, 8, 4)),
+        tri=(np.full(m - 1, 1.0), np.full(m, 4.0), np.full(m - 1, 1.0), rng.random(m)),
+        G=wb.distribute(A, client=client),
+        G_directed=wb.distribute(directed, client=client),
+        X_nan=wb.distribute(_with(X, (3, 1), np.nan), client=client),
+        pts_out=wb.distribute(pts + [0.0, 2.0], client=client),
+    )
+    d.hold = [A, directed, X, pts]  # the containers' sources stay alive for the module
+    return d
+
+
+def _with(a, where, value):
+    a = np.array(a, dtype=np.result_type(a, type(value)))
+    a[where] = value
+    return a
+
+
+def _sparse_with(A, value):
+    B = A.astype(np.result_type(A.dtype, type(value)))
+    B.data[0] = value
+    return B
+
+
+def _singular_tridiag(m=24):
+    """Passes every client-side check (finite, no zero row) but is singular: rows 0 and 1 are
+    [1, 1, 0, ...] twice, so the elimination meets a zero pivot on the worker."""
+    dl, d, du = np.full(m - 1, 0.5), np.full(m, 4.0), np.full(m - 1, 0.5)
+    d[:2], du[0], dl[0], du[1] = 1.0, 1.0, 1.0, 0.0
+    return dl, d, du, np.ones(m)
+
+
+def _tri(data, **change):
+    dl, dd, du, b = (np.array(a) for a in data.tri)
+    arrs = {"dl": dl, "d": dd, "du": du, "b": b}
+    arrs.update(change)
+    return arrs["dl"], arrs["d"], arrs["du"], arrs["b"]
+
+
+def _dask(x, chunks):
+    import dask.array as da
+
+    return da.from_array(x, chunks=chunks)
+
+
+BFS = [
+    Case("source=n", lambda c, d: wb.bfs(d.A, d.n, client=c), ValueError, r"\bsource\b"),
+    Case("source<0", lambda c, d: wb.bfs(d.A, -1, client=c), ValueError, r"\bsource\b"),
+    Case("source-float", lambda c, d: wb.bfs(d.A, 1.5, client=c), TypeError, r"\bsource\b"),
+    Case("source-of-container", lambda c, d: wb.bfs(d.G, d.n + 5, client=c), ValueError, r"\bsource\b"),
+    Case("non-square", lambda c, d: wb.bfs(d.A[:, :-3], 0, client=c), ValueError, r"\bgraph\b.*square"),
+    Case("non-symmetric", lambda c, d: wb.bfs(d.directed, 0, client=c), ValueError, r"\bgraph\b.*symmetric"),
+    Case("dense-array", lambda c, d: wb.bfs(d.A.toarray(), 0, client=c), TypeError, r"\bgraph\b"),
+    Case("string", lambda c, d: wb.bfs("graph.mtx", 0, client=c), TypeError, r"\bgraph\b"),
+    Case("empty", lambda c, d: wb.bfs(sp.csr_matrix((0, 0)), 0, client=c), ValueError, r"\bgraph\b"),
+    Case("nan-entry", lambda c, d: wb.bfs(_sparse_with(d.A, np.nan), 0, client=c), ValueError, r"\bgraph\b"),
+    Case("inf-entry", lambda c, d: wb.bfs(_sparse_with(d.A, np.inf), 0, client=c), ValueError, r"\bgraph\b"),
+    Case("complex", lambda c, d: wb.bfs(d.A.astype(complex), 0, client=c), TypeError, r"\bgraph\b"),
+    Case("partition", lambda c, d: wb.bfs(d.A, 0, partition="3d", client=c), ValueError, r"\bpartition\b"),
+    Case("direction", lambda c, d: wb.bfs(d.A, 0, direction="up", client=c), ValueError, r"\bdirection\b"),
+    Case("alpha<0", lambda c, d: wb.bfs(d.A, 0, alpha=-1.0, client=c), ValueError, r"\balpha\b"),
+    Case("grid", lambda c, d: wb.bfs(d.A, 0, partition="2d", grid=(3, 3), client=c), ValueError, r"\bgrid\b"),
+    Case("container-non-symmetric", lambda c, d: wb.bfs(d.G_directed, 0, client=c), ValueError,
+         r"\bgraph\b.*symmetric", where="cluster"),
+]
+
+COLOR = [
+    Case("non-square", lambda c, d: wb.color(d.A[:, :-3], client=c), ValueError, r"\bgraph\b.*square"),
+    Case("non-symmetric", lambda c, d: wb.color(d.directed, client=c), ValueError, r"\bgraph\b.*symmetric"),
+    Case("dense-array", lambda c, d: wb.color(d.A.toarray(), client=c), TypeError, r"\bgraph\b"),
+    Case("string", lambda c, d: wb.color("graph", client=c), TypeError, r"\bgraph\b"),
+    Case("empty", lambda c, d: wb.color(sp.csr_matrix((0, 0)), client=c), ValueError, r"\bgraph\b"),
+    Case("nan-entry", lambda c, d: wb.color(_sparse_with(d.A, np.nan), client=c), ValueError, r"\bgraph\b"),
+    Case("complex", lambda c, d: wb.color(d.A.astype(complex), client=c), TypeError, r"\bgraph\b"),
+    Case("distance=3", lambda c, d: wb.color(d.A, distance=3, client=c), ValueError, r"\bdistance\b"),
+    Case("tie_break", lambda c, d: wb.color(d.A, tie_break="coin", client=c), ValueError, r"\btie_break\b"),
+    Case("max_rounds=0", lambda c, d: wb.color(d.A, max_rounds=0, client=c), ValueError, r"\bmax_rounds\b"),
+    Case("container-non-symmetric", lambda c, d: wb.color(d.G_directed, client=c), ValueError,
+         r"\bgraph\b.*symmetric", where="cluster"),
+]
+
+KNN = [
+    Case("k=n", lambda c, d: wb.knn_graph(d.X, len(d.X), client=c), ValueError, r"\bk\b"),
+    Case("k=0", lambda c, d: wb.knn_graph(d.X, 0, client=c), ValueError, r"\bk\b"),
+    Case("k-float", lambda c, d: wb.knn_graph(d.X, 3.0, client=c), TypeError, r"\bk\b"),
+    Case("nan", lambda c, d: wb.knn_graph(_with(d.X, (3, 1), np.nan), 3, client=c), ValueError, r"\bX\b.*NaN"),
+    Case("inf", lambda c, d: wb.knn_graph(_with(d.X, (5, 0), -np.inf), 3, client=c), ValueError, r"\bX\b"),
+    Case("1-d", lambda c, d: wb.knn_graph(d.X[:, 0], 3, client=c), ValueError, r"\bX\b"),
+    Case("strings", lambda c, d: wb.knn_graph(d.X.astype(str), 3, client=c), TypeError, r"\bX\b"),
+    Case("complex", lambda c, d: wb.knn_graph(d.X.astype(complex), 3, client=c), TypeError, r"\bX\b"),
+    Case("empty", lambda c, d: wb.knn_graph(np.zeros((0, 3)), 1, client=c), ValueError, r"\bX\b|\bn\b"),
+    Case("no-columns", lambda c, d: wb.knn_graph(np.zeros((10, 0)), 1, client=c), ValueError, r"\bX\b"),
+    Case("metric", lambda c, d: wb.knn_graph(d.X, 3, metric="manhattan", client=c), ValueError, r"\bmetric\b"),
+    Case("dask-strings", lambda c, d: wb.knn_graph(_dask(d.X.astype(str), 20), 3, client=c), TypeError, r"\bX\b"),
+    Case("container-nan", lambda c, d: wb.knn_graph(d.X_nan, 3, client=c), ValueError, r"\bX\b.*NaN",
+         where="cluster"),
+]
+
+_W = (0, 1, 0, 1)
+RIPLEY = [
+    Case("negative-radii", lambda c, d: wb.ripley_k(d.pts, [-0.1, 0.1], window=_W, client=c), ValueError,
+         r"\bradii\b"),
+    Case("unsorted-radii", lambda c, d: wb.ripley_k(d.pts, [0.2, 0.1], window=_W, client=c), ValueError,
+         r"\bradii\b"),
+    Case("nan-radii", lambda c, d: wb.ripley_k(d.pts, [0.1, np.nan], window=_W, client=c), ValueError, r"\bradii\b"),
+    Case("string-radii", lambda c, d: wb.ripley_k(d.pts, ["0.1", "a"], window=_W, client=c), (TypeError, ValueError),
+         r"\bradii\b"),
+    Case("empty-radii", lambda c, d: wb.ripley_k(d.pts, [], window=_W, client=c), ValueError, r"\bradii\b"),
+    Case("outside-window", lambda c, d: wb.ripley_k(d.pts + 1.0, [0.1], window=_W, client=c), ValueError,
+         r"\bwindow\b"),
+    Case("nan-points", lambda c, d: wb.ripley_k(_with(d.pts, (3, 0), np.nan), [0.1], window=_W, client=c),
+         ValueError, r"\bpoints\b"),
+    Case("inf-points", lambda c, d: wb.ripley_k(_with(d.pts, (4, 1), np.inf), [0.1], window=_W, client=c),
+         ValueError, r"\bpoints\b"),
+    Case("3-columns", lambda c, d: wb.ripley_k(d.X, [0.1], window=_W, client=c), ValueError, r"\bpoints\b"),
+    Case("string-points", lambda c, d: wb.ripley_k(d.pts.astype(str), [0.1], window=_W, client=c), TypeError,
+         r"\bpoints\b"),
+    Case("complex-points", lambda c, d: wb.ripley_k(d.pts.astype(complex), [0.1], window=_W, client=c), TypeError,
+         r"\bpoints\b"),
+    Case("empty-points", lambda c, d: wb.ripley_k(np.zeros((0, 2)), [0.1], window=_W, client=c), ValueError,
+         r"\bpoints\b"),
+    Case("window-reversed", lambda c, d: wb.ripley_k(d.pts, [0.1], window=(1, 0, 0, 1), client=c), ValueError,
+         r"\bwindow\b"),
+    Case("window-short", lambda c, d: wb.ripley_k(d.pts, [0.1], window=(0, 1), client=c), ValueError,
+         r"\bwindow\b"),
+    Case("edge_correction", lambda c, d: wb.ripley_k(d.pts, [0.1], window=_W, edge_correction="ripley", client=c),
+         ValueError, r"\bedge_correction\b"),
+    Case("container-outside-window", lambda c, d: wb.ripley_k(d.pts_out, [0.1], window=_W, client=c), ValueError,
+         r"\bwindow\b", where="cluster"),
+]
+
+SPMM = [
+    Case("inner-dims", lambda c, d: wb.spmm(d.A, d.B[:-1], client=c), ValueError, r"\bA\b.*\bB\b"),
+    Case("nan-B", lambda c, d: wb.spmm(d.A, _with(d.B, (2, 2), np.nan), client=c), ValueError, r"\bB\b"),
+    Case("inf-A", lambda c, d: wb.spmm(_sparse_with(d.A, np.inf), d.B, client=c), ValueError, r"\bA\b"),
+    Case("string-B", lambda c, d: wb.spmm(d.A, d.B.astype(str), client=c), TypeError, r"\bB\b"),
+    Case("complex-B", lambda c, d: wb.spmm(d.A, d.B.astype(complex), client=c), TypeError, r"\bB\b"),
+    Case("complex-A", lambda c, d: wb.spmm(d.A.astype(complex), d.B, client=c), TypeError, r"\bA\b"),
+    Case("1-d-B", lambda c, d: wb.spmm(d.A, d.B[:, 0], client=c), ValueError, r"\bB\b"),
+    Case("B-no-columns", lambda c, d: wb.spmm(d.A, np.zeros((d.n, 0)), client=c), ValueError, r"\bB\b"),
+    Case("A-no-rows", lambda c, d: wb.spmm(sp.csr_matrix((0, d.n)), d.B, client=c), ValueError, r"\bA\b"),
+    Case("dense-A", lambda c, d: wb.spmm(d.A.toarray(), d.B, client=c), TypeError, r"\bA\b"),
+    Case("algorithm", lambda c, d: wb.spmm(d.A, d.B, algorithm="fastest", client=c), ValueError, r"\balgorithm\b"),
+    Case("dask-B-nan", lambda c, d: wb.spmm(d.G, _dask(_with(d.B, (7, 1), np.nan), (32, 3)), client=c),
+         ValueError, r"\bB\b", where="cluster"),
+]
+
+TRIDIAG = [
+    Case("nan-d", lambda c, d: wb.tridiag_solve(*_tri(d, d=_with(d.tri[1], 3, np.nan)), client=c), ValueError,
+         r"\bd\b"),
+    Case("inf-b", lambda c, d: wb.tridiag_solve(*_tri(d, b=_with(d.tri[3], 7, np.inf)), client=c), ValueError,
+         r"\bb\b"),
+    Case("inf-dl", lambda c, d: wb.tridiag_solve(*_tri(d, dl=_with(d.tri[0], 0, -np.inf)), client=c), ValueError,
+         r"\bdl\b"),
+    Case("short-dl", lambda c, d: wb.tridiag_solve(*_tri(d, dl=d.tri[0][:-1]), client=c), ValueError, r"\bdl\b"),
+    Case("short-b", lambda c, d: wb.tridiag_solve(*_tri(d, b=d.tri[3][:-1]), client=c), ValueError, r"\bb\b"),
+    Case("complex-d", lambda c, d: wb.tridiag_solve(*_tri(d, d=d.tri[1].astype(complex)), client=c), TypeError,
+         r"\bd\b"),
+    Case("string-du", lambda c, d: wb.tridiag_solve(*_tri(d, du=d.tri[2].astype(str)), client=c), TypeError,
+         r"\bdu\b"),
+    Case("empty", lambda c, d: wb.tridiag_solve(*(np.zeros(0),) * 4, client=c), ValueError, r"\bd\b"),
+    Case("zero-row", lambda c, d: wb.tridiag_solve(*_tri(d, d=_with(d.tri[1], 0, 0.0), du=_with(d.tri[2], 0, 0.0)),
+                                                   client=c), ValueError, r"singular"),
+    Case("reduced", lambda c, d: wb.tridiag_solve(*d.tri, reduced="approx", client=c), ValueError, r"\breduced\b"),
+    Case("periodic-str", lambda c, d: wb.tridiag_solve(*d.tri, periodic="yes", client=c), TypeError,
+         r"\bperiodic\b"),
+    Case("singular-on-workers", lambda c, d: wb.tridiag_solve(*_singular_tridiag(), client=c), ValueError,
+         r"singular", where="cluster"),
+    Case("dask-nan-on-workers", lambda c, d: wb.tridiag_solve(
+        *(_dask(a, 12) for a in _tri(d)[:3]), _dask(_with(d.tri[3], 20, np.nan), 12), client=c), ValueError,
+         r"\bb\b", where="cluster"),
+]
+
+FFT = [
+    Case("axes", lambda c, d: wb.fftn(d.x3, axes=(0, 5), client=c), ValueError, r"\baxes\b"),
+    Case("axes-repeated", lambda c, d: wb.fftn(d.x3, axes=(0, 0), client=c), ValueError, r"\baxes\b"),
+    Case("norm", lambda c, d: wb.fftn(d.x3, norm="unitary", client=c), ValueError, r"\bnorm\b"),
+    Case("strings", lambda c, d: wb.fftn(d.x3.astype(str), client=c), (TypeError, ValueError), r"\bx\b"),
+    Case("empty", lambda c, d: wb.fftn(np.zeros((0, 4, 4)), client=c), ValueError, r"\bx\b|points"),
+    Case("s<0", lambda c, d: wb.fftn(d.x3, s=(-1, 8, 4), client=c), ValueError, r"\bs\b"),
+    Case("s-length", lambda c, d: wb.fftn(d.x3, s=(8, 8), axes=(0, 1, 2), client=c), ValueError, r"\bs\b"),
+    Case("scalar", lambda c, d: wb.ifftn(np.float64(1.0), client=c), ValueError, r"\bx\b"),
+    Case("ifftn-strings", lambda c, d: wb.ifftn(d.x3.astype(str), client=c), (TypeError, ValueError), r"\bx\b"),
+    Case("decomposition", lambda c, d: wb.fftn(d.x3, decomposition="cubes", client=c), ValueError,
+         r"\bdecomposition\b"),
+    Case("workers", lambda c, d: wb.fftn(d.x3, workers=["tcp://10.255.255.1:1"], client=c), ValueError,
+         r"\bworkers\b"),
+]
+
+DISTRIBUTE = [
+    Case("string", lambda c, d: wb.distribute("matrix.mtx", client=c), TypeError, r"\bobj\b"),
+    Case("none", lambda c, d: wb.distribute(None, client=c), TypeError, r"\bobj\b"),
+    Case("scalar", lambda c, d: wb.distribute(np.float64(3.0), client=c), ValueError, r"\bobj\b"),
+    Case("string-array", lambda c, d: wb.distribute(d.X.astype(str), client=c), TypeError, r"\bobj\b"),
+    Case("empty", lambda c, d: wb.distribute(np.zeros((0, 3)), client=c), ValueError, r"\bobj\b"),
+    Case("partition", lambda c, d: wb.distribute(d.X, partition="3d", client=c), ValueError, r"\bpartition\b"),
+    Case("replicas=0", lambda c, d: wb.distribute(d.X, replicas=0, client=c), ValueError, r"\breplicas\b"),
+    Case("replicas>workers", lambda c, d: wb.distribute(d.X, replicas=N_WORKERS + 1, client=c), ValueError,
+         r"\breplicas\b"),
+    Case("n_parts=0", lambda c, d: wb.distribute(d.X, n_parts=0, client=c), ValueError, r"\bn_parts\b"),
+    Case("grid-too-large", lambda c, d: wb.distribute(d.X, partition="2d", grid=(3, 3), client=c), ValueError,
+         r"\bgrid\b"),
+    Case("grid-sparse", lambda c, d: wb.distribute(d.A, partition="2d", grid=(2, 0), client=c), ValueError,
+         r"\bgrid\b"),
+    Case("unknown-worker", lambda c, d: wb.distribute(d.X, workers=["tcp://10.255.255.1:1"], client=c),
+         ValueError, r"\bworkers\b"),
+]
+
+CLUSTER = [
+    Case("backend", lambda c, d: wb.cluster("tpu"), ValueError, r"\bbackend\b"),
+    Case("n_workers=0", lambda c, d: wb.cluster("cpu", n_workers=0), ValueError, r"\bn_workers\b"),
+    Case("n_workers-str", lambda c, d: wb.cluster("cpu", n_workers="2"), (TypeError, ValueError), r"\bn_workers\b"),
+    Case("threads=0", lambda c, d: wb.cluster("cpu", threads_per_worker=0), ValueError, r"\bthreads_per_worker\b"),
+]
+
+TABLE = {"bfs": BFS, "color": COLOR, "knn_graph": KNN, "ripley_k": RIPLEY, "spmm": SPMM,
+         "tridiag_solve": TRIDIAG, "fftn": FFT, "distribute": DISTRIBUTE, "cluster": CLUSTER}
+
+
+#: Gaps whose fix waits for the kernel's package split to land (the validation code moves there).
+PENDING = {"ripley_k-string-points", "ripley_k-complex-points"}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=f"{k}-{c.id}", marks=[pytest.mark.xfail(strict=True, reason="ripley: fix after its split")]
+                 if f"{k}-{c.id}" in PENDING else []) for k, cs in TABLE.items() for c in cs])
+def test_bad_input_is_named(clients, data, case):
+    client = clients(N_WORKERS)
+    before = _quiet_state(client)
+    logged = _failed_task_logs(client) if case.where == "cluster" else 0
+    with pytest.raises(case.exc, match=case.names):
+        case.call(client, data)
+    after = client.run_on_scheduler(_scheduler_state)
+    assert after[2] == before[2], "the cluster lost or changed workers"
+    if case.where == "client":
+        assert after[:2] == before[:2], "the check ran after work was sent to the cluster"
+    else:
+        # one error on the client: the ranks' failure is not also logged as a failed task
+        _quiet_state(client)  # the ranks a failed rank aborted end a moment later
+        assert _failed_task_logs(client) == logged
+
+
+def test_the_cluster_still_works_afterwards(clients, data):
+    client = clients(N_WORKERS)
+    r = wb.bfs(data.G, 0, client=client)
+    assert r.level[0] == 0 and wb.validate_bfs(data.A, r, 0).ok
+    assert len(client.run(lambda: 1)) == N_WORKERS
