@@ -17,7 +17,7 @@ PKG = Path(__file__).resolve().parent.parent / "workbench"
 LAYERS: list[tuple[str, ...]] = [
     ("workbench", "workbench.__main__"),
     ("workbench.experiment", "workbench.report"),
-    ("workbench.bench", "workbench.peers"),
+    ("workbench.bench", "workbench.peers", "workbench.faults"),
     ("workbench.kernels",),
     ("workbench.data",),
     ("workbench.partition",),

@@ -804,6 +804,7 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
     worker = get_worker()
     _install_handlers(worker)
     if worker.address != addresses[rank]:
+        _QUIET_KEYS.add(f"spmd-{group}-{rank}")  # the client reports the loss (and recovers from it)
         raise WorkerLostError(f"rank {rank} of SPMD group {group} ran on {worker.address}, not on "
                               f"{addresses[rank]}: its worker was lost, and a rank cannot rerun without "
                               f"its group (rerun the call that launched it)")
