@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .sparse import random_sparse, random_sparse_bytes  # noqa: F401  (seeded sparse generator, memory linear in nnz)
+
 __all__ = [
     "kronecker_edges",
     "kronecker_block",
