@@ -451,6 +451,7 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     import papermill as pm
 
     from ._monitor import TreeMonitor
+    from .bench import ENV_PEER_MEMORY
 
     root = Path(root or repo_root())
     if profile not in PROFILES:
@@ -478,8 +479,8 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     monitor = TreeMonitor(interval=monitor_interval, max_seconds=None if budget_min is None else budget_min * 60,
                           max_bytes=None if budget_gb is None else budget_gb * 2**30)
     # peers size themselves against half the run's memory budget (workbench.bench.peer_memory_limit)
-    peer_gb = None if budget_gb is None or os.environ.get("WORKBENCH_PEER_MEMORY_GB") else f"{budget_gb / 2:g}"
-    with _env(**{ENV_RUN_DIR: str(staging), ENV_PROFILE: profile, "WORKBENCH_PEER_MEMORY_GB": peer_gb}), monitor:
+    peer_gb = None if budget_gb is None or os.environ.get(ENV_PEER_MEMORY) else f"{budget_gb / 2:g}"
+    with _env(**{ENV_RUN_DIR: str(staging), ENV_PROFILE: profile, ENV_PEER_MEMORY: peer_gb}), monitor:
         try:
             pm.execute_notebook(str(src_nb), str(out_nb), parameters=params,
                                 kernel_name=kernel_name or "python3", progress_bar=progress, cwd=str(root),
