@@ -54,7 +54,9 @@ def _oracle(pts, r, win, corr, times=None, tr=None, twin=None):
             e = np.minimum(1 / np.maximum(_circle_fraction_inside(np.full_like(d, pts[i, 0]),
                                                                   np.full_like(d, pts[i, 1]), d, win), 1e-300), 100)
         elif corr == "translation":
-            e = np.minimum(area / ((win[1] - win[0] - np.abs(dx)) * (win[3] - win[2] - np.abs(dy))), 100)
+            # a pair a whole window width (or height) apart has no overlap: weight infinite, capped at 100
+            den = (win[1] - win[0] - np.abs(dx)) * (win[3] - win[2] - np.abs(dy))
+            e = np.minimum(np.divide(area, den, out=np.full_like(den, np.inf), where=den > 0), 100)
         else:
             e = np.ones_like(d)
         if times is None:
@@ -72,8 +74,8 @@ def _oracle(pts, r, win, corr, times=None, tr=None, twin=None):
                 for c, tc in enumerate(tr):
                     sel = (d <= ra) & (dt <= tc)
                     out[a, c] += (e * v)[sel].sum()
-    if corr == "border":
-        return area * num / (n * count_r)
+    if corr == "border":  # NaN at radii no point is that far from the boundary (n_r = 0)
+        return np.divide(area * num, n * count_r, out=np.full(len(r), np.nan), where=count_r > 0)
     if times is None:
         return area / (n * (n - 1)) * out[:, 0]
     return area * (twin[1] - twin[0]) / (n * (n - 1)) * out
