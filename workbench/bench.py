@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ._progress import progress
 from .backend import synchronize
 
 __all__ = [
@@ -128,15 +129,6 @@ def ratio_table(rows: Sequence[dict]) -> Any:
     import pandas as pd
 
     return pd.DataFrame(list(rows))
-
-
-def progress(iterable: Any, desc: str = "", total: int | None = None, **kw: Any) -> Any:
-    """A tqdm progress bar (notebook-aware) over ``iterable``."""
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        return iterable
-    return tqdm(iterable, desc=desc, total=total, **kw)
 
 
 # --------------------------------------------------------------------------

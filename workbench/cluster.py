@@ -13,8 +13,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import backend as _backend
@@ -89,7 +88,7 @@ def cluster(
             if not quiet:
                 print(f"workbench: connected to {client.scheduler.address}; dashboard {client.dashboard_link}",
                       file=sys.stderr)
-            with _run_recording(client):
+            with _hooked(client):
                 yield client
         finally:
             client.close()
@@ -121,29 +120,24 @@ def cluster(
         if not quiet:
             print(f"workbench: {backend} cluster with {len(worker_addresses(client))} workers; "
                   f"dashboard {client.dashboard_link}", file=sys.stderr)
-        with _run_recording(client):
+        with _hooked(client):
             yield client
     finally:
         client.close()
         lc.close()
 
 
+#: Context-manager factories entered around every client :func:`cluster` yields
+#: (``hook(client)``); the experiment runner registers one that records the
+#: cluster in the run's provenance, so this module knows nothing of experiments.
+client_hooks: list[Callable[[Any], contextlib.AbstractContextManager]] = []
+
+
 @contextlib.contextmanager
-def _run_recording(client: Any) -> Iterator[None]:
-    """Inside an experiment run: record the cluster in the run's provenance and
-    keep the dashboard as a Dask performance report."""
-    from .experiment import ENV_RUN_DIR, record_cluster
-
-    run_dir = os.environ.get(ENV_RUN_DIR)
-    if not run_dir:
-        yield
-        return
-    record_cluster(client)
-    from distributed import performance_report
-
-    n = len(list(Path(run_dir).glob("dask-performance-report*.html")))
-    name = "dask-performance-report.html" if n == 0 else f"dask-performance-report-{n}.html"
-    with client.as_current(), performance_report(filename=str(Path(run_dir) / name)):
+def _hooked(client: Any) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for hook in list(client_hooks):
+            stack.enter_context(hook(client))
         yield
 
 

@@ -26,8 +26,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from . import cluster as _cluster
 
 __all__ = [
     "PROFILES",
@@ -141,15 +145,13 @@ def save_metrics(table: Any, name: str, output_dir: str | os.PathLike | None = N
 
 
 def record_cluster(client: Any) -> None:
-    """Called by :func:`workbench.cluster` inside a run: append the cluster's
+    """Called for every cluster started inside a run: append the cluster's
     spec and package versions (from the workers) to ``clusters.json``."""
     run_dir = os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         return
     try:
-        from .cluster import scheduler_identity
-
-        info = scheduler_identity(client)
+        info = _cluster.scheduler_identity(client)
         workers = info.get("workers", {})
         versions = client.get_versions(check=False)
         pkgs = {}
@@ -172,6 +174,28 @@ def record_cluster(client: Any) -> None:
         path.write_text(json.dumps(existing, indent=2, default=str))
     except Exception as e:  # provenance must never break a run
         print(f"workbench: could not record the cluster spec ({e})", file=sys.stderr)
+
+
+@contextmanager
+def _record_run(client: Any) -> Iterator[None]:
+    """Inside an experiment run (the runner sets ``WORKBENCH_RUN_DIR`` for the
+    notebook): record each cluster the notebook starts in the run's provenance
+    and keep its dashboard as a Dask performance report."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        yield
+        return
+    record_cluster(client)
+    from distributed import performance_report
+
+    n = len(list(Path(run_dir).glob("dask-performance-report*.html")))
+    name = "dask-performance-report.html" if n == 0 else f"dask-performance-report-{n}.html"
+    with client.as_current(), performance_report(filename=str(Path(run_dir) / name)):
+        yield
+
+
+if _record_run not in _cluster.client_hooks:
+    _cluster.client_hooks.append(_record_run)
 
 
 # --------------------------------------------------------------------------
@@ -369,7 +393,7 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
 def run_many(names: list[str] | str, profile: str = "laptop", *, keep_going: bool = True,
              **kwargs: Any) -> dict[str, Path | Exception]:
     """Run several experiments (``"all"`` for every config) with a progress bar across them."""
-    from .bench import progress as _progress
+    from ._progress import progress as _progress
 
     if names == "all" or names == ["all"]:
         names = list_experiments(kwargs.get("root"))
