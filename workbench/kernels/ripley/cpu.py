@@ -1,5 +1,10 @@
-"""numba kernels of Ripley's K (CPU twins): edge weights, radius bins and the
-per-tile column sweep that fills the weighted pair histogram."""
+"""numba kernels of Ripley's K (the CPU twins of :mod:`.cuda`): edge and time
+weights, radius bins and the per-tile column sweep that fills the weighted
+pair histogram.
+
+The weights are plain scalar formulas (``*_of``), compiled here with
+``numba.njit`` and in :mod:`.cuda` as device functions, so both back ends
+evaluate the same expressions."""
 
 from __future__ import annotations
 
@@ -12,31 +17,31 @@ import numpy as np
 MAX_WEIGHT = 100.0
 
 
-# ---- numba kernels (CPU); a GPU block is brought to host first --------------
-# The entry kernels release the GIL so the worker keeps heartbeating while a rank counts.
+# ---- scalar weight formulas, shared with the device twins -------------------
 
 
-@numba.njit(cache=True)
-def _iso_weight(x: float, y: float, d: float, win: np.ndarray, ang: np.ndarray, p: int) -> float:
-    """Ripley's isotropic weight for a circle of radius d at (x, y) in a
-    rectangle: spatstat edge.Ripley's closed form (ripleybox), with the
-    point's corner angles ``ang[p]`` precomputed by :func:`_edge_angles`."""
-    dL = x - win[0]
-    dR = win[1] - x
-    dD = y - win[2]
-    dU = win[3] - y
+def _iso_weight_of(x: float, y: float, d: float, x0: float, x1: float, y0: float, y1: float, bLU: float,
+                   bLD: float, bRU: float, bRD: float, bUL: float, bUR: float, bDL: float, bDR: float) -> float:
+    """Ripley's isotropic weight for a circle of radius d at (x, y) in the
+    rectangle (x0, x1, y0, y1): spatstat edge.Ripley's closed form
+    (ripleybox), given the point's corner angles (a row of
+    :func:`~.ranks._edge_angles`' table)."""
+    dL = x - x0
+    dR = x1 - x
+    dD = y - y0
+    dU = y1 - y
     if d <= dL and d <= dR and d <= dD and d <= dU:
         return 1.0
     aL = math.acos(dL / d) if dL < d else 0.0
     aR = math.acos(dR / d) if dR < d else 0.0
     aD = math.acos(dD / d) if dD < d else 0.0
     aU = math.acos(dU / d) if dU < d else 0.0
-    cL = min(aL, ang[p, 0]) + min(aL, ang[p, 1])
-    cR = min(aR, ang[p, 2]) + min(aR, ang[p, 3])
-    cU = min(aU, ang[p, 4]) + min(aU, ang[p, 5])
-    cD = min(aD, ang[p, 6]) + min(aD, ang[p, 7])
+    cL = min(aL, bLU) + min(aL, bLD)
+    cR = min(aR, bRU) + min(aR, bRD)
+    cU = min(aU, bUL) + min(aU, bUR)
+    cD = min(aD, bDL) + min(aD, bDR)
     ext = (cL + cR + cU + cD) / (2.0 * math.pi)
-    eps = 1e-12 * max(win[1] - win[0], win[3] - win[2])
+    eps = 1e-12 * max(x1 - x0, y1 - y0)
     ncor = (abs(dL) < eps) + (abs(dR) < eps) + (abs(dD) < eps) + (abs(dU) < eps)
     if ncor >= 2:
         ext += 0.25
@@ -45,14 +50,32 @@ def _iso_weight(x: float, y: float, d: float, win: np.ndarray, ang: np.ndarray, 
     return 1.0 / (1.0 - ext)
 
 
-@numba.njit(cache=True)
-def _trans_weight(dx: float, dy: float, win: np.ndarray) -> float:
-    w = win[1] - win[0]
-    h = win[3] - win[2]
+def _trans_weight_of(dx: float, dy: float, w: float, h: float) -> float:
+    """Translation weight ``w h / ((w - |dx|)(h - |dy|))``, capped at 100."""
     den = (w - abs(dx)) * (h - abs(dy))
     if den * 100.0 <= w * h:
         return 100.0
     return w * h / den
+
+
+def _tweight_of(ti: float, dt: float, t0: float, t1: float) -> float:
+    """Space-time edge weight of the lag dt at time ti: 1 inside [t0, t1], else 2."""
+    return 1.0 if (ti - dt >= t0 and ti + dt <= t1) else 2.0
+
+
+# ---- numba kernels (CPU) ------------------------------------------------------
+# The entry kernels release the GIL so the worker keeps heartbeating while a rank counts.
+
+_iso_weight_s = numba.njit(cache=True)(_iso_weight_of)
+_trans_weight = numba.njit(cache=True)(_trans_weight_of)
+_tweight = numba.njit(cache=True)(_tweight_of)
+
+
+@numba.njit(cache=True)
+def _iso_weight(x: float, y: float, d: float, win: np.ndarray, ang: np.ndarray, p: int) -> float:
+    """:func:`_iso_weight_of` with the corner angles of row ``p`` of ``ang``."""
+    return _iso_weight_s(x, y, d, win[0], win[1], win[2], win[3], ang[p, 0], ang[p, 1], ang[p, 2], ang[p, 3],
+                         ang[p, 4], ang[p, 5], ang[p, 6], ang[p, 7])
 
 
 @numba.njit(cache=True)
@@ -72,11 +95,6 @@ def _tbin(dt: float, tr: np.ndarray) -> int:
     while tr[k] < dt:
         k += 1
     return k
-
-
-@numba.njit(cache=True)
-def _tweight(ti: float, dt: float, twin: np.ndarray) -> float:
-    return 1.0 if (ti - dt >= twin[0] and ti + dt <= twin[1]) else 2.0
 
 
 @numba.njit(cache=True)
@@ -122,16 +140,16 @@ def _visit(i, xi, yi, ti, li, iang, ip, xs, ys, ts, lims, pos, ang, a, b, both, 
                 if d2 > ej * ej:
                     wj = _iso_weight(xj, yj, math.sqrt(d2), win, ang, pos[j])
         elif mode == 1:
-            wi = _trans_weight(dx, dy, win)
+            wi = _trans_weight(dx, dy, win[1] - win[0], win[3] - win[2])
             wj = wi
         else:
             wi = 1.0
             wj = 1.0
         if action == 0:
             if has_t:
-                wi *= _tweight(ti, dt, twin)
+                wi *= _tweight(ti, dt, twin[0], twin[1])
                 if both:
-                    wj *= _tweight(ts[j], dt, twin)
+                    wj *= _tweight(ts[j], dt, twin[0], twin[1])
             _add(hist, k, kt, li, wi)
             if both:
                 _add(hist, k, kt, lims[j], wj)
@@ -159,19 +177,21 @@ def _advance(ys, lo, hi, end, ylo, yhi):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _sweep(ox, oy, ot, olim, ostart, opos, oang, hx, hy, ht, hstart, hpos, hang, reach, ywin, r2, lut, scale, tr,
-           mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj):  # pragma: no cover - compiled
+           mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj, counts):  # pragma: no cover - compiled
     """Column sweep: owned points against later owned points (own column,
     then the ``reach`` columns to the right; each unordered pair once, both
     directions) and against the halo (``reach`` columns either side, this
     side's direction only).  Per column, y-window pointers only move forward.
-    Returns the number of ordered pairs (action 0) or spatial pairs (1, 2)."""
+    Adds to ``hist`` (action 0) or records the spatial pairs (action 2) from
+    slot ``counts[1]`` on; adds the ordered pairs to ``counts[0]`` and the
+    spatial pairs to ``counts[1]`` (``counts`` zeroed by the caller)."""
     ncol = ostart.shape[0] - 1
     no = ox.shape[0]
     olo = np.empty(reach + 1, np.int64)
     ohi = np.empty(reach + 1, np.int64)
     hlo = np.empty(2 * reach + 1, np.int64)
     hhi = np.empty(2 * reach + 1, np.int64)
-    m = np.zeros(1, np.int64)
+    m = counts[1:]  # the next record slot
     total = 0
     for cx in range(ncol):
         for s in range(reach + 1):
@@ -207,7 +227,7 @@ def _sweep(ox, oy, ot, olim, ostart, opos, oang, hx, hy, ht, hstart, hpos, hang,
                 hlo[s], hhi[s] = _advance(hy, hlo[s], hhi[s], hstart[nx + 1], ylo, yhi)
                 total += _visit(i, xi, yi, ti, li, oang, ip, hx, hy, ht, olim, hpos, hang, hlo[s], hhi[s], False,
                                 no, r2, lut, scale, tr, mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj, m)
-    return total if action == 0 else m[0]
+    counts[0] += total
 
 
 @numba.njit(cache=True, nogil=True)
@@ -221,6 +241,6 @@ def _hist_from_cache(pi, pj, kr, wij, wji, t, tr, twin, hist):  # pragma: no cov
         if dt > tmax:
             continue
         kt = _tbin(dt, tr)
-        hist[kr[m], kt] += wij[m] * _tweight(ti, dt, twin)
+        hist[kr[m], kt] += wij[m] * _tweight(ti, dt, twin[0], twin[1])
         if wji[m] != 0.0:
-            hist[kr[m], kt] += wji[m] * _tweight(tj, dt, twin)
+            hist[kr[m], kt] += wji[m] * _tweight(tj, dt, twin[0], twin[1])

@@ -280,10 +280,12 @@ class _Sweep:
         twin = np.asarray(cfg["time_window"] if has_t else (0.0, 1.0), dtype=np.float64)
         if cache is None:
             cache = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        return int(_sweep(self.ox, self.oy, ot, self.lim, self.ostart, self.opos, self.oang,
-                          self.hx, self.hy, ht, self.hstart, self.hpos, self.hang,
-                          self.reach, self.ywin, self.r2, self.lut, self.scale, tr, self.mode, has_t, self.win,
-                          twin, hist, action, *cache))
+        counts = np.zeros(2, np.int64)
+        _sweep(self.ox, self.oy, ot, self.lim, self.ostart, self.opos, self.oang,
+               self.hx, self.hy, ht, self.hstart, self.hpos, self.hang,
+               self.reach, self.ywin, self.r2, self.lut, self.scale, tr, self.mode, has_t, self.win,
+               twin, hist, action, *cache, counts)
+        return int(counts[0] if action == 0 else counts[1])
 
 
 def _local_hist(owned: np.ndarray, halo: np.ndarray, region: tuple, cfg: dict, t_owned: np.ndarray | None,
