@@ -15,8 +15,15 @@ y, so a point's candidates are y-windows in the next few columns whose
 bounds only move forward (about 1.6 candidates per pair within r_max, against
 2.9 for a 3 x 3 cell list).  Edge-corner angles are precomputed per point
 near the boundary, so most pairs cost a distance, a table lookup of the
-radius bin and one or two histogram adds.  Only the CPU (numba) kernel
-exists: cupy blocks are brought to the host first.
+radius bin and one or two histogram adds.  The sweep has two twins of one
+signature: a numba kernel on CPU workers and a numba.cuda kernel (one
+thread per owned point, atomic histogram adds) on GPU workers, where the
+points stay in device memory, and on simulated GPU workers
+(``backend="gpu-sim"``).
+
+Modules: this one holds the public function, its validation, the result
+type, the brute-force validator and seeded patterns; ``ranks`` the SPMD rank
+bodies; ``cpu`` and ``cuda`` the two twins of the local kernels.
 
 Estimators (the contract, spatstat's ``Kest`` definitions), for a rectangle
 ``W = (xmin, xmax, ymin, ymax)`` of area ``|W|``, width ``w`` and height ``h``:
@@ -83,6 +90,7 @@ class RipleyResult:
         Pointwise min / max of K over the simulations (``n_simulations > 0``).
     edge_correction : str
     stats : dict
+        ``backend`` (the workers' kind: "cpu", "gpu" or "gpu-sim"),
         ``seconds``, ``pairs_counted`` (ordered pairs within ``r_max`` (and
         ``t_max``) in the observed pattern), ``pairs_per_second``,
         ``bytes_moved``, ``halo_points``, ``n_workers`` and the options used.
@@ -206,6 +214,7 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
         "seconds": seconds,
         "pairs_counted": pairs,
         "pairs_per_second": pairs / seconds if seconds > 0 else float("nan"),
+        "backend": head["backend"],
         "bytes_moved": int(sum(i["bytes_sent"] for i in infos)),
         "halo_points": int(sum(i["n_halo"] for i in infos)),
         "points_per_worker": [int(i["n_owned"]) for i in infos],

@@ -1,7 +1,13 @@
 """SPMD rank bodies of Ripley's K: placement into tiles with halos, the
 per-tile column sweep's layout, the all-reduce of the per-radius sums and
-the Monte Carlo envelopes.  The hot loops are the numba kernels of
-:mod:`.cpu`."""
+the Monte Carlo envelopes.
+
+One body for every worker kind: array work goes through the namespace of
+the rank's arrays (numpy, or cupy on a GPU worker, where the points stay in
+device memory and only histograms, counts and the tiles' samples come to
+the host), and the hot loops run as the numba kernels of :mod:`.cpu` on CPU
+workers or as their numba.cuda twins of :mod:`.cuda` on GPU and simulated
+GPU workers (see :func:`_run`)."""
 
 from __future__ import annotations
 
@@ -12,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import to_host
+from ...backend import device_kind, device_namespace, launch, namespace, synchronize, to_device, to_host
 from ...partition import grid_shape
-from .cpu import _hist_from_cache, _sweep
+from . import cpu
 
 _MODE = {"none": 0, "translation": 1, "isotropic": 2, "border": 3}
 #: Bins of the squared-distance lookup table that maps a pair to its radius bin.
@@ -30,34 +36,43 @@ def _ripley_rank(comm: Any, mine: list, cfg: dict) -> dict:
     win, r = cfg["window"], cfg["radii"]
     rmax = float(r[-1])
     has_t = cfg["time_radii"] is not None
+    kind = device_kind()
+    # the rank's arrays live on the worker's device: host on CPU workers, device memory on GPU workers
+    xp = device_namespace()
+
+    def here(blk: Any) -> Any:
+        return xp.asarray(to_host(blk) if kind == "cpu" else to_device(blk), dtype=xp.float64)
+
     # local rows: x, y, t, global id (float64 is exact for ids < 2**53)
     cols = []
     for off, blk, tblk in mine:
-        p = np.asarray(to_host(blk), dtype=np.float64)
-        t = np.asarray(to_host(tblk), dtype=np.float64) if has_t else np.zeros(len(p))
-        cols.append(np.column_stack([p[:, 0], p[:, 1], t, off + np.arange(len(p), dtype=np.float64)]))
-    local = np.concatenate(cols) if cols else np.zeros((0, 4))
+        p = here(blk)
+        t = here(tblk) if has_t else xp.zeros(len(p))
+        cols.append(xp.column_stack([p[:, 0], p[:, 1], t, off + xp.arange(len(p), dtype=xp.float64)]))
+    local = xp.concatenate(cols) if cols else xp.zeros((0, 4))
 
     if cfg["partitioning"]:
-        tiles = tile_bounds(comm.allgather(_sample(local, 4096)), win, comm.size)
+        tiles = tile_bounds(comm.allgather(to_host(_sample(local, 4096))), win, comm.size)
         owner = _tile_of(local[:, 0], local[:, 1], tiles, grid_shape(comm.size))
-        order = np.argsort(owner, kind="stable")
-        cuts = np.searchsorted(owner[order], np.arange(comm.size + 1))
-        owned = np.concatenate(comm.alltoallv([local[order[cuts[q]:cuts[q + 1]]] for q in range(comm.size)]))
+        order = xp.argsort(owner, kind="stable")
+        cuts = to_host(xp.searchsorted(owner[order], xp.arange(comm.size + 1)))
+        owned = xp.concatenate([xp.asarray(a) for a in comm.alltoallv(
+            [local[order[int(cuts[q]):int(cuts[q + 1])]] for q in range(comm.size)])])
         me = tiles[comm.rank]
         nbrs = [q for q in range(comm.size) if q != comm.rank and _rect_gap(me, tiles[q]) <= rmax]
         sends = {q: owned[_near_rect(owned[:, 0], owned[:, 1], tiles[q], rmax)] for q in nbrs}
         got = comm.neighbor_exchange(sends)
-        halo = np.concatenate([np.zeros((0, 4))] + [got[q] for q in nbrs])
+        halo = xp.concatenate([xp.zeros((0, 4))] + [xp.asarray(got[q]) for q in nbrs])
         region = me
     else:
         owned = local
         everyone = comm.allgather(local)
-        halo = np.concatenate([np.zeros((0, 4))] + [everyone[q] for q in range(comm.size) if q != comm.rank])
+        halo = xp.concatenate([xp.zeros((0, 4))] + [xp.asarray(everyone[q]) for q in range(comm.size)
+                                                     if q != comm.rank])
         region = win
 
     t0 = time.perf_counter()
-    sweep = _Sweep(owned, halo, region, cfg)
+    sweep = _Sweep(owned, halo, region, cfg, kind)
     hist, pairs, nb = _local_hist(owned, halo, region, cfg, owned[:, 2] if has_t else None,
                                   halo[:, 2] if has_t else None, sweep)
     hist, pairs, nb = comm.allreduce((hist, pairs, nb), op=_sum_tuples)
@@ -65,10 +80,11 @@ def _ripley_rank(comm: Any, mine: list, cfg: dict) -> dict:
 
     out = {"k": k, "pairs": pairs}
     if cfg["n_simulations"]:
-        sims = _simulate_st(comm, owned, halo, sweep, cfg) if has_t else _simulate_csr(comm, cfg)
+        sims = _simulate_st(comm, owned, halo, sweep, cfg) if has_t else _simulate_csr(comm, cfg, kind)
         out["lower"], out["upper"] = sims.min(axis=0), sims.max(axis=0)
+    synchronize(owned)
     out.update(n_owned=len(owned), n_halo=len(halo), rank_seconds=time.perf_counter() - t0,
-               bytes_sent=comm.stats["bytes_sent"])
+               bytes_sent=comm.stats["bytes_sent"], backend=kind)
     return out
 
 
@@ -76,8 +92,9 @@ def _sum_tuples(a: tuple, b: tuple) -> tuple:
     return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
-def _simulate_csr(comm: Any, cfg: dict) -> np.ndarray:
-    """CSR envelopes: whole simulations dealt round-robin to ranks, each in one tile."""
+def _simulate_csr(comm: Any, cfg: dict, kind: str) -> np.ndarray:
+    """CSR envelopes: whole simulations dealt round-robin to ranks, each in one tile.
+    Patterns are drawn on the host (numpy's streams, so every back end sees the same ones)."""
     win, n = cfg["window"], cfg["n"]
     mine = {}
     for s in range(comm.rank, cfg["n_simulations"], comm.size):
@@ -85,7 +102,8 @@ def _simulate_csr(comm: Any, cfg: dict) -> np.ndarray:
         pts = np.zeros((n, 4))
         pts[:, 0] = win[0] + (win[1] - win[0]) * rng.random(n)
         pts[:, 1] = win[2] + (win[3] - win[2]) * rng.random(n)
-        hist, _, nb = _local_hist(pts, np.zeros((0, 4)), win, cfg, None, None)
+        pts = to_device(pts)
+        hist, _, nb = _local_hist(pts, namespace(pts).zeros((0, 4)), win, cfg, None, None, kind=kind)
         mine[s] = _finish(hist, nb, cfg)
     allk = {}
     for part in comm.allgather(mine):
@@ -94,24 +112,28 @@ def _simulate_csr(comm: Any, cfg: dict) -> np.ndarray:
 
 
 def _simulate_st(comm: Any, owned: np.ndarray, halo: np.ndarray, sweep: _Sweep, cfg: dict) -> np.ndarray:
-    """Space-time envelopes: random permutations of the time labels (same permutation on every rank)."""
+    """Space-time envelopes: random permutations of the time labels (same permutation on every rank,
+    drawn on the host from numpy's streams so that every back end sees the same ones)."""
     n = cfg["n"]
-    t_all = np.zeros(n)
+    xp = namespace(owned)
+    t_all = xp.zeros(n)
     for part in comm.allgather(owned[:, [3, 2]]):
-        t_all[part[:, 0].astype(np.int64)] = part[:, 1]
-    gid_o, gid_h = owned[:, 3].astype(np.int64), halo[:, 3].astype(np.int64)
+        part = xp.asarray(part)
+        t_all[part[:, 0].astype(xp.int64)] = part[:, 1]
+    gid_o, gid_h = owned[:, 3].astype(xp.int64), halo[:, 3].astype(xp.int64)
     nr, nt = len(cfg["radii"]), len(cfg["time_radii"])
-    hists = np.zeros((cfg["n_simulations"], nr + 1, nt + 1))
+    hists = xp.zeros((cfg["n_simulations"], nr + 1, nt + 1))
     cache = _pair_cache(sweep, len(owned)) if cfg["cache_weights"] else None
     for s in range(cfg["n_simulations"]):
-        perm = np.random.default_rng([cfg["seed"], s]).permutation(n)
+        perm = xp.asarray(np.random.default_rng([cfg["seed"], s]).permutation(n))
         to_, th = t_all[perm[gid_o]], t_all[perm[gid_h]]
         if cache is not None:
-            _hist_from_cache(*cache, np.concatenate([to_, th]), cfg["time_radii"],
-                             np.asarray(cfg["time_window"], dtype=np.float64), hists[s])
+            _run(sweep.kind, "_hist_from_cache", len(cache[0]), *cache, xp.concatenate([to_, th]), sweep.tr,
+                 sweep.twin, hists[s])
         else:
             sweep.run(to_, th, hists[s])
-    hists = comm.allreduce(hists)
+    synchronize(hists)
+    hists = comm.allreduce(to_host(hists))
     return np.stack([_finish(h, None, cfg) for h in hists])
 
 
@@ -140,7 +162,8 @@ def _finish(hist: np.ndarray, nb: np.ndarray | None, cfg: dict) -> np.ndarray:
 def _sample(local: np.ndarray, m: int) -> np.ndarray:
     if len(local) <= m:
         return local[:, :2].copy()
-    return local[np.linspace(0, len(local) - 1, m).astype(np.int64), :2]
+    xp = namespace(local)
+    return local[xp.linspace(0, len(local) - 1, m).astype(xp.int64), :2]
 
 
 def tile_bounds(samples: Sequence[np.ndarray], window: Sequence[float], n_tiles: int) -> list[tuple]:
@@ -163,13 +186,14 @@ def tile_bounds(samples: Sequence[np.ndarray], window: Sequence[float], n_tiles:
 
 def _tile_of(x: np.ndarray, y: np.ndarray, tiles: list[tuple], grid: tuple[int, int]) -> np.ndarray:
     R, C = grid
-    xc = np.array([tiles[i * C][1] for i in range(R - 1)])
-    strip = np.searchsorted(xc, x, side="right")
-    out = np.empty(len(x), dtype=np.int64)
+    xp = namespace(x)
+    xc = xp.asarray(np.array([tiles[i * C][1] for i in range(R - 1)]))
+    strip = xp.searchsorted(xc, x, side="right")
+    out = xp.empty(len(x), dtype=xp.int64)
     for i in range(R):
         sel = strip == i
-        yc = np.array([tiles[i * C + j][3] for j in range(C - 1)])
-        out[sel] = i * C + np.searchsorted(yc, y[sel], side="right")
+        yc = xp.asarray(np.array([tiles[i * C + j][3] for j in range(C - 1)]))
+        out[sel] = i * C + xp.searchsorted(yc, y[sel], side="right")
     return out
 
 
@@ -180,8 +204,9 @@ def _rect_gap(a: tuple, b: tuple) -> float:
 
 
 def _near_rect(x: np.ndarray, y: np.ndarray, rect: tuple, r: float) -> np.ndarray:
-    dx = np.maximum(np.maximum(rect[0] - x, x - rect[1]), 0.0)
-    dy = np.maximum(np.maximum(rect[2] - y, y - rect[3]), 0.0)
+    xp = namespace(x)
+    dx = xp.maximum(xp.maximum(rect[0] - x, x - rect[1]), 0.0)
+    dy = xp.maximum(xp.maximum(rect[2] - y, y - rect[3]), 0.0)
     return dx * dx + dy * dy <= r * r
 
 
@@ -192,11 +217,12 @@ def _near_rect(x: np.ndarray, y: np.ndarray, rect: tuple, r: float) -> np.ndarra
 
 def _columns(x: np.ndarray, y: np.ndarray, x0: float, width: float, ncol: int) -> tuple[np.ndarray, np.ndarray]:
     """Order that sorts points by (column, y) and the CSR start of each column."""
-    col = np.clip(((x - x0) * (ncol / width)).astype(np.int64), 0, ncol - 1) if width > 0 else \
-        np.zeros(len(x), np.int64)
-    order = np.lexsort((y, col))
-    start = np.zeros(ncol + 1, dtype=np.int64)
-    np.cumsum(np.bincount(col, minlength=ncol), out=start[1:])
+    xp = namespace(x)
+    col = xp.clip(((x - x0) * (ncol / width)).astype(xp.int64), 0, ncol - 1) if width > 0 else \
+        xp.zeros(len(x), xp.int64)
+    order = xp.lexsort(xp.stack([y, col.astype(xp.float64)]))  # column ids are exact in float64
+    start = xp.zeros(ncol + 1, dtype=xp.int64)
+    xp.cumsum(xp.bincount(col, minlength=ncol), out=start[1:])
     return order, start
 
 
@@ -230,11 +256,12 @@ def _radius_lut(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 def _limits(x: np.ndarray, y: np.ndarray, cfg: dict) -> np.ndarray:
     """Border correction: radius bins [0, lim_i) where point i counts (b_i >= r)."""
     r = cfg["radii"]
+    xp = namespace(x)
     if cfg["correction"] != "border":
-        return np.full(len(x), len(r), dtype=np.int64)
+        return xp.full(len(x), len(r), dtype=xp.int64)
     win = cfg["window"]
-    b = np.minimum(np.minimum(x - win[0], win[1] - x), np.minimum(y - win[2], win[3] - y))
-    return np.searchsorted(r, b, side="right").astype(np.int64)
+    b = xp.minimum(xp.minimum(x - win[0], win[1] - x), xp.minimum(y - win[2], win[3] - y))
+    return xp.searchsorted(xp.asarray(r), b, side="right").astype(xp.int64)
 
 
 def _edge_angles(x: np.ndarray, y: np.ndarray, win: Sequence[float], rmax: float) -> tuple[np.ndarray, np.ndarray]:
@@ -242,20 +269,22 @@ def _edge_angles(x: np.ndarray, y: np.ndarray, win: Sequence[float], rmax: float
     normal and the lines to that edge's corners (spatstat's bLU, bLD, bRU,
     bRD, bUL, bUR, bDL, bDR), computed once instead of per pair.  Returns
     (row of each point in the table or -1, table)."""
+    xp = namespace(x)
     dL, dR, dD, dU = x - win[0], win[1] - x, y - win[2], win[3] - y
-    near = np.minimum(np.minimum(dL, dR), np.minimum(dD, dU)) < rmax
-    pos = np.full(len(x), -1, dtype=np.int64)
-    pos[near] = np.arange(int(near.sum()))
+    near = xp.minimum(xp.minimum(dL, dR), xp.minimum(dD, dU)) < rmax
+    pos = xp.full(len(x), -1, dtype=xp.int64)
+    pos[near] = xp.arange(int(near.sum()))
     dL, dR, dD, dU = dL[near], dR[near], dD[near], dU[near]
-    table = np.stack([np.arctan2(dU, dL), np.arctan2(dD, dL), np.arctan2(dU, dR), np.arctan2(dD, dR),
-                      np.arctan2(dL, dU), np.arctan2(dR, dU), np.arctan2(dL, dD), np.arctan2(dR, dD)], axis=1)
-    return pos, np.ascontiguousarray(table.reshape(-1, 8))
+    table = xp.stack([xp.arctan2(dU, dL), xp.arctan2(dD, dL), xp.arctan2(dU, dR), xp.arctan2(dD, dR),
+                      xp.arctan2(dL, dU), xp.arctan2(dR, dU), xp.arctan2(dL, dD), xp.arctan2(dR, dD)], axis=1)
+    return pos, xp.ascontiguousarray(table.reshape(-1, 8))
 
 
 class _Sweep:
-    """Column-sorted owned and halo points of one rank, ready for the sweep kernel."""
+    """Column-sorted owned and halo points of one rank, ready for the sweep
+    kernel of the worker's kind (arrays on the points' device)."""
 
-    def __init__(self, owned: np.ndarray, halo: np.ndarray, region: tuple, cfg: dict):
+    def __init__(self, owned: np.ndarray, halo: np.ndarray, region: tuple, cfg: dict, kind: str = "cpu"):
         x0, width, ncol, self.reach, self.ywin = _layout(region, cfg, len(owned) + len(halo))
         self.oo, self.ostart = _columns(owned[:, 0], owned[:, 1], x0, width, ncol)
         self.ho, self.hstart = _columns(halo[:, 0], halo[:, 1], x0, width, ncol)
@@ -265,53 +294,85 @@ class _Sweep:
         rmax = float(cfg["radii"][-1])
         self.opos, self.oang = _edge_angles(self.ox, self.oy, cfg["window"], rmax)
         self.hpos, self.hang = _edge_angles(self.hx, self.hy, cfg["window"], rmax)
-        self.r2, self.lut, self.scale = _radius_lut(cfg["radii"])
+        r2, lut, self.scale = _radius_lut(cfg["radii"])
         self.mode = _MODE[cfg["correction"]]
-        self.win = np.asarray(cfg["window"], dtype=np.float64)
+        # small host tables, moved once to where the points are
+        self.xp, self.kind = namespace(owned), kind
+        self.r2, self.lut = self.xp.asarray(r2), self.xp.asarray(lut)
+        self.win = self.xp.asarray(np.asarray(cfg["window"], dtype=np.float64))
+        has_t = cfg["time_radii"] is not None
+        self.tr = self.xp.asarray(np.ascontiguousarray(cfg["time_radii"] if has_t else [np.inf], dtype=np.float64))
+        self.twin = self.xp.asarray(np.asarray(cfg["time_window"] if has_t else (0.0, 1.0), dtype=np.float64))
         self.cfg = cfg
 
     def run(self, t_owned: np.ndarray | None, t_halo: np.ndarray | None, hist: np.ndarray,
             action: int = 0, cache: tuple | None = None) -> int:
-        cfg = self.cfg
+        """Add this rank's weighted pairs to ``hist`` (action 0), or count (1)
+        or record into ``cache`` (2) its spatial pairs.  Returns the ordered
+        pair count (0) or the spatial pair count (1, 2)."""
+        xp = namespace(self.ox)
         has_t = t_owned is not None
-        ot = t_owned[self.oo].copy() if has_t else np.zeros(1)
-        ht = t_halo[self.ho].copy() if has_t else np.zeros(1)
-        tr = cfg["time_radii"] if has_t else np.array([np.inf])
-        twin = np.asarray(cfg["time_window"] if has_t else (0.0, 1.0), dtype=np.float64)
+        ot = t_owned[self.oo].copy() if has_t else xp.zeros(1)
+        ht = t_halo[self.ho].copy() if has_t else xp.zeros(1)
+        tr = self.tr if has_t else xp.asarray(np.array([np.inf]))
+        twin = self.twin if has_t else xp.asarray(np.array([0.0, 1.0]))
         if cache is None:
-            cache = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        counts = np.zeros(2, np.int64)
-        _sweep(self.ox, self.oy, ot, self.lim, self.ostart, self.opos, self.oang,
-               self.hx, self.hy, ht, self.hstart, self.hpos, self.hang,
-               self.reach, self.ywin, self.r2, self.lut, self.scale, tr, self.mode, has_t, self.win,
-               twin, hist, action, *cache, counts)
+            cache = (xp.zeros(0, xp.int64), xp.zeros(0, xp.int64), xp.zeros(0, xp.int64), xp.zeros(0), xp.zeros(0))
+        counts = xp.zeros(2, xp.int64)
+        _run(self.kind, "_sweep", len(self.ox), self.ox, self.oy, ot, self.lim, self.ostart, self.opos, self.oang,
+             self.hx, self.hy, ht, self.hstart, self.hpos, self.hang,
+             self.reach, self.ywin, self.r2, self.lut, self.scale, tr, self.mode, has_t, self.win,
+             twin, hist, action, *cache, counts)
+        counts = to_host(counts)
         return int(counts[0] if action == 0 else counts[1])
 
 
+def _run(kind: str, name: str, n: int, *args: Any) -> None:
+    """Run the local kernel ``name``: the numba twin (:mod:`.cpu`) on CPU
+    workers, else the numba.cuda twin (:mod:`.cuda`) over ``n`` items, on
+    the current stream, synchronized before the outputs are read."""
+    if kind == "cpu":
+        getattr(cpu, name)(*args)
+        return
+    if n == 0:
+        return
+    from . import cuda as dev  # imports numba.cuda: only on the device path
+
+    # unused empty inputs (no halo, no pair cache) travel as one-element arrays: no zero-size device buffers
+    args = tuple(a if not hasattr(a, "shape") or a.size else namespace(a).zeros((1,) + a.shape[1:], a.dtype)
+                 for a in args)
+    launch(getattr(dev, name), n, *args)
+    synchronize(*args)
+
+
 def _local_hist(owned: np.ndarray, halo: np.ndarray, region: tuple, cfg: dict, t_owned: np.ndarray | None,
-                t_halo: np.ndarray | None, sweep: _Sweep | None = None) -> tuple[np.ndarray, int, np.ndarray]:
+                t_halo: np.ndarray | None, sweep: _Sweep | None = None,
+                kind: str = "cpu") -> tuple[np.ndarray, int, np.ndarray]:
     """This rank's weighted pair histogram (nr + 1, nt + 1), ordered pair
-    count and (border) the per-radius count of owned points with b_i >= r."""
+    count and (border) the per-radius count of owned points with b_i >= r,
+    as host arrays."""
     nr = len(cfg["radii"])
-    sweep = sweep or _Sweep(owned, halo, region, cfg)
+    sweep = sweep or _Sweep(owned, halo, region, cfg, kind)
+    xp = namespace(sweep.ox)
     nt = len(cfg["time_radii"]) if t_owned is not None else 1
-    hist = np.zeros((nr + 1, nt + 1))
+    hist = xp.zeros((nr + 1, nt + 1))
     pairs = sweep.run(t_owned, t_halo, hist)
     nb = np.zeros(nr)
     if cfg["correction"] == "border":
-        nb = np.cumsum(np.bincount(sweep.lim, minlength=nr + 1)[::-1])[::-1][1:].astype(np.float64)
-    return hist, pairs, nb
+        nb = to_host(xp.cumsum(xp.bincount(sweep.lim, minlength=nr + 1)[::-1])[::-1][1:].astype(xp.float64))
+    return to_host(hist), pairs, nb
 
 
 def _pair_cache(sweep: _Sweep, n_owned: int) -> tuple:
     """Spatial pairs within r_max with radius bin and both directions' edge
     weights, kept for reuse across time permutations.  Indices address
     ``concatenate([owned, halo])`` in the rank's row order."""
-    scratch = np.zeros((len(sweep.r2) + 1, 2))
+    xp = namespace(sweep.ox)
+    scratch = xp.zeros((len(sweep.r2) + 1, 2))
     m = sweep.run(None, None, scratch, action=1)
-    buf = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m))
+    buf = (xp.empty(m, xp.int64), xp.empty(m, xp.int64), xp.empty(m, xp.int64), xp.empty(m), xp.empty(m))
     sweep.run(None, None, scratch, action=2, cache=buf)
     pi, pj, kr, wij, wji = buf
     # back from column order to row order (halo rows follow the owned ones)
-    idx = np.concatenate([sweep.oo, n_owned + sweep.ho])
+    idx = xp.concatenate([sweep.oo, n_owned + sweep.ho])
     return sweep.oo[pi], idx[pj], kr, wij, wji
