@@ -11,7 +11,7 @@ from typing import Any
 
 import workbench as wb
 from workbench.cluster import worker_addresses
-from workbench.kernels.coloring import to_igraph
+from workbench.peers.coloring import to_igraph
 
 SIZES = {"ci": 10, "laptop": 18}
 COLOR_TARGET = 1.2   # ours/igraph colors, at most

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -66,6 +71,7 @@ def test_valid_distance_coloring(clients, n_workers, distance, graph):
     assert r.stats["rounds"] <= 40 and len(r.stats["conflicts"]) == r.stats["rounds"] - 1
     assert r.stats["conflicts"][-1] == 0
     assert r.stats["n_workers"] == n_workers and r.stats["bytes_moved"] >= 0
+    assert r.stats["backend"] == "cpu" and r.stats["speculative_passes"] == 0
 
 
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
@@ -175,3 +181,175 @@ def test_bad_inputs(clients):
         wb.color(wb.distribute(A, client=client, partition="2d"), client=client)
     assert wb.validate_coloring(asym, wb.color(asym, distance="partial2", client=client).colors,
                                 distance="partial2")
+
+
+@pytest.mark.parametrize("method", ["igraph", "igraph-dsatur", "nx-largest_first"])
+def test_peer_sequential_greedy_is_valid(method):
+    from workbench.peers.coloring import sequential_greedy, to_igraph
+
+    A = wb.data.rmat(8, seed=3)
+    c = sequential_greedy(A, method)
+    assert c.dtype == np.int64 and c.shape == (A.shape[0],)
+    assert _oracle_conflicts(A, c, 1) == 0
+    if method == "igraph":  # a prebuilt igraph Graph gives the same coloring
+        np.testing.assert_array_equal(sequential_greedy(to_igraph(A), method), c)
+    with pytest.raises(ValueError, match="method"):
+        sequential_greedy(A, "greedy")
+
+
+def test_kernel_package_does_not_import_its_peers():
+    """The kernel sits below the bench layer: no module of it imports peers or bench."""
+    import ast
+    import pathlib
+
+    import workbench.kernels.coloring as pkg
+
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):  # "from ... import bench" names the module in the alias
+                names = [f"{node.module or ''}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                assert not {"peers", "bench"} & set(name.split(".")), (path.name, name)
+
+
+# --------------------------------------------------------------------------
+# Device path: the numba.cuda twins under numba's CUDA simulator
+# --------------------------------------------------------------------------
+
+
+def _in_simulator(check: str, timeout: int = 600) -> None:
+    """Run this module's function ``check`` in a fresh process that is a simulated-device
+    worker (NUMBA_ENABLE_CUDASIM=1: the simulator is chosen when numba.cuda is first
+    imported, once per process)."""
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "WORKBENCH_BACKEND": "gpu-sim",
+           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    code = f"import runpy; runpy.run_path({str(pathlib.Path(__file__).resolve())!r})[{check!r}]()"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
+    assert "simulator checks passed" in r.stdout
+
+
+def _rank_spaces(seed: int = 1) -> list[tuple]:
+    """Vertex spaces of one rank (40 owned vertices 0..39, then ghosts), as the
+    rank body builds them: (ip1, ix1, ip2, ix2, depth, mids_are_vertices, n_v)."""
+    n_loc, n_v = 40, 64
+    A = sp.random(n_v, n_v, density=0.07, random_state=seed, format="csr")
+    A = sp.csr_matrix(((A + A.T) > 0).astype(np.int8))
+    A.setdiag(0)
+    A.eliminate_zeros()
+    ip, ix = A.indptr.astype(np.int64), A.indices.astype(np.int64)
+    M = sp.random(30, n_v, density=0.08, random_state=seed + 1, format="csr")    # partial2: rows are the mids
+    T = sp.csr_matrix(M.T)[:n_loc]
+    return [(ip, ix, ip, ix, 1, False, n_v), (ip, ix, ip, ix, 2, True, n_v),
+            (T.indptr.astype(np.int64), T.indices.astype(np.int64), M.indptr.astype(np.int64),
+             M.indices.astype(np.int64), 2, False, n_v)]
+
+
+def _constraint_set(u, ip1, ix1, ip2, ix2, depth, mids):
+    """The vertices whose colors constrain ``u`` (plain Python, from the definition)."""
+    out = set()
+    for m in ix1[ip1[u]:ip1[u + 1]].tolist():
+        if depth == 1 or mids:
+            out.add(m)
+        if depth == 2:
+            out.update(ix2[ip2[m]:ip2[m + 1]].tolist())
+    out.discard(u)
+    return out
+
+
+def _check_twins_in_simulator() -> None:
+    from numba import config
+
+    assert config.ENABLE_CUDASIM, "not in the simulator"
+    from workbench.backend import launch
+    from workbench.kernels.coloring import cpu
+    from workbench.kernels.coloring import cuda as dev
+    from workbench.kernels.coloring.ranks import _speculative_first_fit, priority_hash
+
+    rng = np.random.default_rng(7)
+    n_loc = 40
+    n_lost = max_passes = 0
+    for ip1, ix1, ip2, ix2, depth, mids, n_v in _rank_spaces():
+        space = (ip1, ix1, ip2, ix2, depth, mids)
+        a, b = np.zeros(n_loc, bool), np.zeros(n_loc, bool)
+        cpu._has_remote(n_loc, *space, a)
+        launch(dev._has_remote, n_loc, n_loc, *space, b)
+        np.testing.assert_array_equal(a, b)
+        assert b.any()
+        gid = np.arange(n_v, dtype=np.int64)
+        hsh = priority_hash(gid)
+        deg = rng.integers(1, 4, n_v).astype(np.int64)              # few degrees: the hash breaks many ties
+        for use_degree in (True, False):
+            colors = rng.integers(-1, 3, n_v).astype(np.int64)
+            cand = np.sort(rng.choice(n_loc, 30, replace=False)).astype(np.int64)
+            a, b = np.zeros(n_loc, bool), np.zeros(n_loc, bool)
+            cpu._find_losers(cand, n_loc, *space, colors, deg, hsh, gid, use_degree, a)
+            launch(dev._find_losers, len(cand), cand, n_loc, *space, colors, deg, hsh, gid, use_degree, b)
+            np.testing.assert_array_equal(a, b)
+            assert b.any()
+        # speculative first fit: each batch vertex takes what the cpu twin gives it alone, against the fixed colors
+        fixed = rng.integers(-1, 5, n_v).astype(np.int64)
+        fixed[:n_loc][rng.random(n_loc) < 0.7] = -1                  # a large batch: it conflicts with itself
+        todo = np.flatnonzero(fixed[:n_loc] < 0).astype(np.int64)
+        colors = fixed.copy()
+        launch(dev._first_fit, len(todo), todo, *space, colors)
+        for u in todo.tolist():
+            alone = fixed.copy()
+            cpu._first_fit(np.array([u], dtype=np.int64), *space, alone)
+            assert colors[u] == -2 - alone[u]
+        rest = np.setdiff1d(np.arange(n_v), todo)
+        np.testing.assert_array_equal(colors[rest], fixed[rest])
+        # the batch's own conflicts: the lower priority of two equal tentative colors loses
+        lost = np.zeros(n_loc, bool)
+        launch(dev._tentative_losers, len(todo), todo, *space, colors, deg, hsh, gid, True, lost)
+        for u in todo.tolist():
+            beaten = [w for w in _constraint_set(u, *space) if colors[w] == colors[u]
+                      and (deg[u], hsh[u], gid[u]) < (deg[w], hsh[w], gid[w])]
+            assert lost[u] == bool(beaten), u
+        n_lost += int(lost.sum())
+        # the whole device first fit: the batch ends colored, free of conflicts with its constraint sets
+        colors = fixed.copy()
+        lost[:] = False
+        passes = _speculative_first_fit(dev, todo, *space, colors, deg, hsh, gid, True, lost)
+        assert passes >= 1 and not lost.any()
+        max_passes = max(max_passes, passes)
+        for u in todo.tolist():
+            assert colors[u] >= 0 and colors[u] not in {colors[w] for w in _constraint_set(u, *space)}
+    assert n_lost > 0 and max_passes >= 2             # the conflict path was exercised
+    # a constraint set holding colors 0..69: the device first fit looks past its first windows of colors
+    n = 72
+    ip = np.zeros(n + 1, dtype=np.int64)
+    ip[1:] = 70
+    ix = np.arange(1, 71, dtype=np.int64)
+    colors = np.full(n, -1, dtype=np.int64)
+    colors[1:71] = rng.permutation(70)
+    launch(dev._first_fit, 1, np.array([0], dtype=np.int64), ip, ix, ip, ix, 1, False, colors)
+    assert colors[0] == -2 - 70
+    print("simulator checks passed")
+
+
+def test_device_twins_match_cpu_twins_in_simulator():
+    _in_simulator("_check_twins_in_simulator")
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+@pytest.mark.parametrize("case", ["rmat-d1", "powerlaw-d2", "disconnected-d1", "partial2"])
+def test_color_on_simulated_device_workers(clients, n_workers, case):
+    client = clients(n_workers, backend="gpu-sim")
+    make, distance = {"rmat-d1": (lambda: wb.data.rmat(6, seed=2), 1),
+                      "powerlaw-d2": (lambda: _powerlaw(90, seed=4), 2),
+                      "disconnected-d1": (_disconnected, 1),
+                      "partial2": (lambda: sp.random(50, 40, density=0.08, format="csr", random_state=7),
+                                   "partial2")}[case]
+    A = make()
+    r = wb.color(A, distance=distance, client=client)
+    assert r.stats["backend"] == "gpu-sim" and r.stats["speculative_passes"] > 0
+    assert r.colors.dtype == np.int64 and r.colors.shape == (A.shape[1],) and r.colors.min() >= 0
+    assert _oracle_conflicts(A, r.colors, distance) == 0
+    assert wb.validate_coloring(A, r.colors, distance=distance)
+    assert r.stats["conflicts"][-1] == 0 and r.n_colors == len(np.unique(r.colors))

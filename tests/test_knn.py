@@ -3,6 +3,11 @@ approximate mode's recall, worker-count independence, bad inputs."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
@@ -51,6 +56,7 @@ def test_exact_equals_brute_force(clients, n_workers):
     g = wb.knn_graph(X, K, exact=True, client=client, tile_rows=64, tile_cols=96)
     _check_exact(g, X, K)
     assert len(g.stats["rank_work"]) == n_workers and all(w > 0 for w in g.stats["rank_work"])
+    assert g.stats["backend"] == "cpu"
     assert g.stats["bytes_moved"] > 0 if n_workers > 1 else g.stats["bytes_moved"] == 0
     _results[n_workers] = g
 
@@ -100,6 +106,7 @@ def test_approximate_recall(clients, n_workers):
     ap = wb.knn_graph(X, 10, client=client, reference=ex, n_cells=12, n_probe=2)
     assert ap.stats["recall"] >= 0.9
     assert ap.stats["recall"] == recall(ap.indices, ex.indices)
+    assert ap.stats["backend"] == ex.stats["backend"] == "cpu"
     assert not (ap.indices == np.arange(len(X))[:, None]).any()
     assert (np.diff(ap.distances, axis=1) >= 0).all()
     assert all(len(set(row)) == 10 for row in ap.indices.tolist())
@@ -200,3 +207,122 @@ def test_exact_pruning_matches_full_scan(clients, n_workers):
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.distances, b.distances)
     _check_exact(a, X, 7)
+
+
+# --------------------------------------------------------------------------
+# Device path: the numba.cuda twins under numba's CUDA simulator
+# --------------------------------------------------------------------------
+
+
+def _in_simulator(check: str, timeout: int = 600) -> None:
+    """Run this module's function ``check`` in a fresh process that is a simulated-device
+    worker (NUMBA_ENABLE_CUDASIM=1: the simulator is chosen when numba.cuda is first
+    imported, once per process)."""
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "WORKBENCH_BACKEND": "gpu-sim",
+           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    code = f"import runpy; runpy.run_path({str(pathlib.Path(__file__).resolve())!r})[{check!r}]()"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
+    assert "simulator checks passed" in r.stdout
+
+
+def _check_twins_in_simulator() -> None:
+    from numba import config
+
+    assert config.ENABLE_CUDASIM, "not in the simulator"
+    from workbench.backend import launch
+    from workbench.kernels.knn import cpu
+    from workbench.kernels.knn import cuda as dev
+    from workbench.kernels.knn.ranks import _new_lists
+
+    rng = np.random.default_rng(3)
+    same = np.testing.assert_array_equal
+    for gdt, xdt in ((np.float32, np.float32), (np.float32, np.float64), (np.float64, np.float64)):
+        # exact mode: a tile of 21 query rows x 17 columns whose ids overlap (self pairs), lists of 4
+        Q = rng.standard_normal((21, 3)).astype(xdt)
+        Y = np.concatenate([Q[5:12], rng.standard_normal((10, 3)).astype(xdt)])
+        qg, yg = np.arange(100, 121, dtype=np.int64), np.arange(105, 122, dtype=np.int64)
+        Qc, Yc = Q.astype(gdt), Y.astype(gdt)
+        qn, yn = (Qc * Qc).sum(axis=1), (Yc * Yc).sum(axis=1)
+        G = Qc @ Yc.T
+        for do_cols in (False, True):
+            a = _new_lists(np, 21, 4) + _new_lists(np, 17, 4)
+            a[0][:3] = 0.5                                   # some rows start with a threshold
+            b = tuple(x.copy() for x in a)
+            cpu._scan_kernel(G, qn, yn, qg, yg, Q, Y, *a, do_cols)
+            launch(dev._scan_kernel, 21 + 17 * do_cols, G, qn, yn, qg, yg, Q, Y, *b, do_cols)
+            for x, y in zip(a, b, strict=True):
+                same(x, y)
+            assert np.isnan(b[2]).any() and (b[1][3:, 0] >= 0).all()
+            assert do_cols == bool((b[4] >= 0).any())
+            assert not (b[1] == qg[:, None]).any()               # self excluded
+            cpu._fill_exact_kernel(a[1], a[2], Q, Y, 105)
+            launch(dev._fill_exact_kernel, a[1].size, b[1], b[2], Q, Y, 105)
+            same(np.isnan(a[2]), np.isnan(b[2]))
+            np.testing.assert_allclose(a[2], b[2], rtol=1e-12)
+            assert np.isfinite(b[2][b[1] >= 105]).all()
+    # approximate mode: probe bounds, per-cell row scans, pair distances, candidate merges
+    D = rng.standard_normal((40, 9)).astype(np.float32)
+    inv = rng.random((9, 9)).astype(np.float32)
+    for p in (1, 4):
+        pa, ba = np.zeros((40, p), np.int64), np.zeros((40, p), np.float32)
+        pb, bb = pa.copy(), ba.copy()
+        cpu._top_bounds(D, inv, pa, ba)
+        launch(dev._top_bounds, 40, D, inv, pb, bb)
+        same(pa, pb)
+        same(ba, bb)
+    X = rng.standard_normal((30, 5)).astype(np.float32)
+    xn = (X * X).sum(axis=1)
+    rows = np.sort(rng.choice(30, 12, replace=False)).astype(np.int64)
+    G = X[rows] @ X[10:26].T
+    qpos = np.arange(30, dtype=np.int64)                      # Y holds our own points: self pairs skipped
+    keys = np.full((30, 3), np.inf, np.float32)
+    keys[rows[:4]] = 2.0
+    ka, ia = keys.copy(), np.full((30, 3), -1, np.int64)
+    kb, ib = ka.copy(), ia.copy()
+    cpu._scan_rows(G, xn, xn[10:26], rows, qpos, 10, ka, ia)
+    launch(dev._scan_rows, 12, G, xn, xn[10:26], rows, qpos, 10, kb, ib)
+    same(ka, kb)
+    same(ia, ib)
+    assert (ib[rows] >= 0).any() and not (ib == np.arange(30)[:, None]).any()
+    qi, yi = rng.integers(0, 30, 50), rng.integers(0, 30, 50)
+    da, db = np.empty(50), np.empty(50)
+    cpu._pair_sqdist(X, X, qi, yi, da)
+    launch(dev._pair_sqdist, 50, X, X, qi, yi, db)
+    np.testing.assert_allclose(da, db, rtol=1e-12)
+    ind = np.sort(rng.integers(0, 100, (8, 4)), axis=1)
+    d2 = np.sort(rng.random((8, 4)), axis=1)
+    ind[6:, 2:], d2[6:, 2:] = -1, np.inf                      # short lists
+    r = np.sort(rng.integers(0, 8, 60)).astype(np.int64)     # grouped rows
+    cand = rng.integers(0, 100, 60).astype(np.int64)
+    cand[:5] = ind[r[:5], 0]                                  # ids already there
+    dist = rng.random(60)
+    a, b = (ind.copy(), d2.copy()), (ind.copy(), d2.copy())
+    cpu._merge_candidates(*a, r, cand, dist)
+    launch(dev._merge_candidates, 60, *b, r, cand, dist)
+    same(a[0], b[0])
+    same(a[1], b[1])
+    assert (a[0] != ind).any()
+    print("simulator checks passed")
+
+
+def test_device_twins_match_cpu_twins_in_simulator():
+    _in_simulator("_check_twins_in_simulator")
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_knn_on_simulated_device_workers(clients, n_workers):
+    # exact mode with and without pruning: the oracle's distances and the CPU path's answer
+    X = gaussian_mixture(90, 4, 4, seed=5)
+    X[40:43] = X[2]                                             # ties at distance 0
+    client = clients(n_workers, backend="gpu-sim")
+    for kw in (dict(tile_rows=24, tile_cols=40), dict(tile_rows=24, tile_cols=40, prune=False)):
+        ref = wb.knn_graph(X, 4, exact=True, client=clients(1), **kw)
+        g = wb.knn_graph(X, 4, exact=True, client=client, **kw)
+        assert g.stats["backend"] == "gpu-sim" and ref.stats["backend"] == "cpu"
+        _check_exact(g, X, 4)
+        np.testing.assert_array_equal(g.indices, ref.indices)
+        np.testing.assert_allclose(g.distances, ref.distances, rtol=1e-10)
+    ap = wb.knn_graph(X, 4, client=client, n_cells=4, n_probe=2, reference=ref)
+    assert ap.stats["backend"] == "gpu-sim" and ap.stats["recall"] >= 0.9

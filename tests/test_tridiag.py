@@ -67,6 +67,7 @@ def test_batch_matches_solve_banded(clients, n_workers, kind):
     x = wb.tridiag_solve(dl, d, du, b, client=client)
     _close(x, _oracle(dl, d, du, b))
     assert x.stats["reduced"] == "exact"                            # 9-row sub-blocks: coupling too strong
+    assert (x.stats["backend"], x.stats["engine"]) == ("cpu", "numba")
     dl1, d1, du1, b1 = (a[0] for a in (dl, d, du, b[..., 0]))       # single system, one rhs
     _close(wb.tridiag_solve(dl1, d1, du1, b1, client=client), _banded(dl1, d1, du1, b1))
 
@@ -212,7 +213,7 @@ def test_repeated_solves_reuse_the_matrix_halo(clients):
 
 def test_fused_kernel_windows_and_tiles_match_thomas():
     pytest.importorskip("numba")
-    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import cpu as K
     from workbench.kernels.tridiag import thomas_reference
 
     rng = np.random.default_rng(23)
@@ -352,20 +353,20 @@ def test_bad_inputs(clients):
 def test_array_engine_on_cupy():
     import cupy as cp
 
-    from workbench.kernels.tridiag import _solve_chain
+    from workbench.kernels.tridiag.ranks import _solve_chain
 
     dl, d, du, b = _system("dominant", 300, 8, None, seed=5)
     A, C, D = dl[:, 1:].T / d[:, 1:].T, du[:, :-1].T / d[:, :-1].T, (b / d).T[:, None, :]
     A = np.vstack([np.zeros((1, 8)), A])
     C = np.vstack([C, np.zeros((1, 8))])
-    y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, use_numba=False)
-    yh = _solve_chain(A, C, D, False, use_numba=True)
+    y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, local="array")
+    yh = _solve_chain(A, C, D, False, local="numba")
     assert np.abs(cp.asnumpy(y) - yh).max() < 1e-13
 
 
 def test_interleaved_single_system_kernels_match_the_plain_ones():
     pytest.importorskip("numba")
-    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import cpu as K
 
     rng = np.random.default_rng(3)
     lens = np.array([5, 5, 7, 1, 2, 2, 3, 3, 3, 9], np.int64)         # pairs, a lone block, 1- and 2-row blocks
@@ -392,7 +393,7 @@ def test_interleaved_single_system_kernels_match_the_plain_ones():
 
 def test_one_rhs_batch_kernels_match_the_general_ones():
     pytest.importorskip("numba")
-    from workbench.kernels import tridiag as K
+    from workbench.kernels.tridiag import cpu as K
 
     rng = np.random.default_rng(4)
     lens = np.array([6, 1, 2, 3, 4, 9], np.int64)
@@ -411,6 +412,80 @@ def test_one_rhs_batch_kernels_match_the_general_ones():
         assert np.array_equal(r.reshape(M, V), g)
     Y0, Y1 = rng.uniform(-1, 1, (lens.size, 1, V)), rng.uniform(-1, 1, (lens.size, 1, V))
     x1, x2 = np.zeros((m, 1, V)), np.zeros((m, V))
-    K.expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x1, 1, Vt)
+    K.expand_kernel(dl, d, du, b, starts, lens, Y0, Y1, x1, np.empty((lens.max(), 1, Vt)), 1, Vt)
     K.expand_b1_kernel(dl, d, du, b[:, 0], starts, lens, Y0[:, 0], Y1[:, 0], x2, Vt)
     assert np.array_equal(x1[:, 0], x2)
+
+
+# ---- the device path (numba.cuda twins in cuda.py) on simulated-GPU workers: tiny inputs, each launch
+# covers <= ~1e4 rows x systems (every simulated CUDA thread is Python)
+
+
+def _sim_and_cpu(clients, n_workers, solve):
+    """``solve(client)`` on a gpu-sim cluster and on a CPU cluster: both answers (host) and stats."""
+    out = []
+    for backend in ("gpu-sim", "cpu"):
+        client = clients(n_workers, backend=backend)
+        x = solve(client)
+        out.append((np.asarray(client.compute(x).result()), x.stats))
+    (xs, ss), (xc, sc) = out
+    assert (ss["backend"], ss["engine"]) == ("gpu-sim", "numba.cuda") and sc["backend"] == "cpu"
+    assert ss["path"] == sc["path"] and ss["reduced"] == sc["reduced"]
+    assert np.abs(xs - xc).max() <= 1e-10 * max(1.0, np.abs(xc).max())
+    return xs, ss
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+@pytest.mark.parametrize("kind", ["dominant", "nondominant"])
+def test_gpu_sim_two_pass_matches_solve_banded_and_cpu(clients, n_workers, kind):
+    dl, d, du, b = _system(kind, 61, 3, 2, seed=n_workers)           # ragged sub-blocks, 2 rhs
+    x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(dl, d, du, b, client=c))
+    _close(x, _oracle(dl, d, du, b))
+    assert st["path"] == "two-pass"
+    dl1, d1, du1, b1 = (a[0] for a in (dl, d, du, b[..., 0]))       # one system, one rhs
+    x1, _ = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(dl1, d1, du1, b1, client=c))
+    _close(x1, _banded(dl1, d1, du1, b1))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_gpu_sim_periodic_and_truncated(clients, n_workers):
+    dl, d, du, b = _system("dominant", 40, 2, None, seed=5, periodic=True)
+    x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(dl, d, du, b, periodic=True,
+                                                                        reduced="exact", client=c))
+    _close(x, np.stack([_dense(dl[k], d[k], du[k], b[k]) for k in range(2)]))
+    n, rho = 240, 0.5                                                # 20-row sub-blocks: rho**19 < 2**-53
+    rng = np.random.default_rng(3)
+    dl, du, d, b = np.full(n - 1, rho / 2), np.full(n - 1, rho / 2), np.ones(n), rng.standard_normal(n)
+    x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(dl, d, du, b, reduced="truncated",
+                                                                        client=c))
+    _close(x, _banded(dl, d, du, b))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_gpu_sim_fused_pass_matches_solve_banded_and_cpu(clients, n_workers):
+    dl, d, du, b = _system("dominant", 800, 8, None, seed=7)         # 12 blocks of 66-67 rows: halo 32 fits
+    x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(dl, d, du, b, client=c))
+    assert st["path"] == "fused"
+    _close(x, _oracle(dl, d, du, b))
+    # a NaN found on the workers (dask input): the fused pass's check sends it to the two-pass path,
+    # which names the argument
+    import dask.array as da
+
+    bad = d.copy()
+    bad[3, 500] = np.nan
+    with pytest.raises(ValueError, match="d has non-finite"):
+        np.asarray(wb.tridiag_solve(dl, da.from_array(bad, chunks=(8, 400)), du, b,
+                                    client=clients(n_workers, backend="gpu-sim")))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_gpu_sim_compact_derivative(clients, n_workers):
+    n, V = 1300, 8                                                    # the compact scheme's fused pass (halo 48)
+    t = 2 * np.pi * np.arange(n) / n
+    k = np.arange(1, V + 1)[:, None]
+    x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.compact_derivative(np.sin(k * t), t[1] - t[0], client=c))
+    assert st["path"] == "fused" and np.abs(x - k * np.cos(k * t)).max() < 1e-6
+    t = np.linspace(0, 2 * np.pi, 64)                                # one line, one-sided closures: two passes
+    x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.compact_derivative(np.sin(t), t[1] - t[0],
+                                                                             periodic=False, client=c))
+    assert st["path"] == "two-pass" and np.sqrt(np.mean((x - np.cos(t)) ** 2)) < 1e-3

@@ -157,6 +157,12 @@ class Cluster:
                       file=sys.stderr)
             return client
 
+        import dask
+
+        if dask.config.get("distributed.deploy.lost-worker-timeout") == "15s":
+            # a nanny restarting a killed worker takes longer than dask's default on a loaded machine;
+            # past it the cluster closes that nanny and shrinks for good (DESIGN rule 7: nothing lost)
+            dask.config.set({"distributed.deploy.lost-worker-timeout": "180s"})
         backend = self.backend
         if backend == "auto":
             backend = "gpu" if _backend.gpu_available()[0] else "cpu"

@@ -49,6 +49,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,8 @@ __all__ = [
     "ensure_registered",
     "split_results",
     "wait_group",
+    "gather_results",
+    "lost_workers",
     "DEFAULT_TIMEOUT",
 ]
 
@@ -113,26 +116,44 @@ class _GroupBox:
 
 
 class _PostOffice:
-    """Per-process mailboxes, one per live SPMD group."""
+    """Per-process mailboxes, one per rank of a live SPMD group that runs here.
+
+    Boxes are keyed by (group, rank), so several ranks of one group may share a
+    worker (partitions re-placed on fewer workers after one was lost).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.boxes: dict[str, _GroupBox] = {}
-        self.closed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.boxes: dict[tuple[str, int], _GroupBox] = {}
+        self.closed: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
+        self.aborted: collections.OrderedDict[str, str] = collections.OrderedDict()
 
-    def box(self, group: str) -> _GroupBox | None:
+    def box(self, group: str, rank: int) -> _GroupBox | None:
         with self.lock:
-            if group in self.closed:
-                return None  # late message for a finished group: drop it
-            b = self.boxes.get(group)
+            if (group, rank) in self.closed:
+                return None  # late message for a finished rank: drop it
+            b = self.boxes.get((group, rank))
             if b is None:
-                b = self.boxes[group] = _GroupBox()
+                b = self.boxes[(group, rank)] = _GroupBox()
+                b.abort = self.aborted.get(group)  # an abort may arrive before the rank starts
             return b
 
-    def close(self, group: str) -> None:
+    def abort(self, group: str, reason: str) -> None:
         with self.lock:
-            self.boxes.pop(group, None)
-            self.closed[group] = None
+            self.aborted.setdefault(group, reason)
+            while len(self.aborted) > 4096:
+                self.aborted.popitem(last=False)
+            boxes = [b for (g, _), b in self.boxes.items() if g == group]
+        for b in boxes:
+            with b.cond:
+                if b.abort is None:
+                    b.abort = reason
+                b.cond.notify_all()
+
+    def close(self, group: str, rank: int) -> None:
+        with self.lock:
+            self.boxes.pop((group, rank), None)
+            self.closed[(group, rank)] = None
             while len(self.closed) > 4096:
                 self.closed.popitem(last=False)
 
@@ -140,8 +161,8 @@ class _PostOffice:
 _POST = _PostOffice()
 
 
-def _deliver(group: str, src: int, tag: Any, payload: Any = None) -> str:
-    box = _POST.box(group)
+def _deliver(group: str, src: int, tag: Any, payload: Any = None, dst: int = 0) -> str:
+    box = _POST.box(group, dst)
     if box is not None:
         with box.cond:
             box.queues[(src, _freeze(tag))].append(payload)
@@ -150,12 +171,7 @@ def _deliver(group: str, src: int, tag: Any, payload: Any = None) -> str:
 
 
 def _abort(group: str, reason: str) -> str:
-    box = _POST.box(group)
-    if box is not None:
-        with box.cond:
-            if box.abort is None:
-                box.abort = reason
-            box.cond.notify_all()
+    _POST.abort(group, reason)
     return "OK"
 
 
@@ -167,11 +183,11 @@ def _freeze(tag: Any) -> Any:
 
 
 def _install_handlers(worker: Any) -> None:
-    async def deliver(group: str, src: int, tag: Any, payload: Any = None) -> str:
+    async def deliver(group: str, src: int, tag: Any, payload: Any = None, dst: int = 0) -> str:
         if isinstance(payload, _Parcel):
-            await _pull_and_deliver(worker, group, src, tag, payload)
+            await _pull_and_deliver(worker, group, src, tag, payload, dst)
             return "OK"
-        return _deliver(group, src, tag, payload)
+        return _deliver(group, src, tag, payload, dst)
 
     worker.handlers.setdefault("wb_comms_deliver", deliver)
     worker.handlers.setdefault("wb_comms_abort", _abort)
@@ -191,14 +207,57 @@ class _CommsPlugin:
         pass
 
 
+class _LostPins:
+    """Scheduler plugin: a task pinned (``allow_other_workers=False``) to workers that all left
+    the cluster may run elsewhere, instead of waiting for them forever.
+
+    A plain task is then recomputed on a live worker, as Dask recomputes any lost key; an SPMD
+    rank cannot run without its group and fails at once (:func:`_rank_entry` checks its
+    address), so a wait on a result lost with its worker ends with an error, never a hang.
+    """
+
+    name = "workbench-lost-pins"
+    idempotent = True
+
+    def __init__(self) -> None:
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "no-worker" and self.scheduler is not None:
+            self.scheduler.loop.add_callback(self._release, [key])
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        self.scheduler = scheduler
+        scheduler.loop.add_callback(self._release, [ts.key for ts in list(scheduler.unrunnable)])
+
+    def _release(self, keys: list) -> None:
+        s, recs = self.scheduler, {}
+        for key in keys:
+            ts = s.tasks.get(key)
+            if ts is None or ts.state != "no-worker" or ts.loose_restrictions or not ts.worker_restrictions:
+                continue
+            if not any(w in s.workers for w in ts.worker_restrictions):
+                ts.loose_restrictions = True
+                recs[key] = "processing"
+        if recs:
+            s.transitions(recs, stimulus_id=f"workbench-lost-pins-{time.time()}")
+
+
 def ensure_registered(client: Any) -> None:
     """Install the comms handlers on the client's workers (once per client)."""
     if getattr(client, "_workbench_comms", False):
         return
-    from distributed.diagnostics.plugin import WorkerPlugin
+    from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
     plugin_cls = type("WorkbenchCommsPlugin", (_CommsPlugin, WorkerPlugin), {})
     client.register_plugin(plugin_cls(), name=_PLUGIN_NAME)
+    try:
+        client.register_plugin(type("WorkbenchLostPins", (_LostPins, SchedulerPlugin), {})(), name=_LostPins.name)
+    except Exception:  # a scheduler without workbench: pinned results of a lost worker wait for it
+        pass
     infos: dict = {}
 
     def on_info(event: tuple) -> None:
@@ -319,7 +378,7 @@ class _Outgoing:
     def __init__(self, buffers: list, receivers: int) -> None:
         self.buffers = buffers
         self.receivers = self.pending = receivers
-        self.failed: list[str] = []   # addresses that could not pull
+        self.failed: list[int] = []   # global ranks that could not pull
         self.done = threading.Event()
 
 
@@ -349,10 +408,10 @@ class _Parcel:
         return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
 
 
-async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel: _Parcel) -> None:
+async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel: _Parcel, dst: int) -> None:
     global _PULL_POOL
     error = None
-    if _POST.box(group) is not None:
+    if _POST.box(group, dst) is not None:
         if _PULL_POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -362,15 +421,15 @@ async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel:
         except Exception as e:  # the sender falls back to the socket
             error = f"{e.__class__.__name__}: {e}"
         else:
-            _deliver(group, src, tag, obj)
+            _deliver(group, src, tag, obj, dst)
     try:
-        await worker.rpc(parcel.sender).wb_comms_pulled(key=parcel.key, receiver=worker.address,
+        await worker.rpc(parcel.sender).wb_comms_pulled(key=parcel.key, receiver=dst,
                                                         error=error, reply=False)
     except OSError:
         pass  # the sender is gone; its group has failed anyway
 
 
-def _pulled(key: str, receiver: str, error: str | None = None) -> str:
+def _pulled(key: str, receiver: int, error: str | None = None) -> str:
     with _OUTBOX_LOCK:
         out = _OUTBOX.get(key)
         if out is None:
@@ -440,7 +499,7 @@ class Comm:
         self._p2p_in: dict = {}
         self._worker = get_worker()
         self._loop = self._worker.loop.asyncio_loop
-        self._box = _POST.box(group)
+        self._box = _POST.box(group, rank)
         self._pull_peers: set[int] = set()  # global ranks that can pull from this process
         self.stats = _stats if _stats is not None else {"bytes_sent": 0, "messages_sent": 0,
                                                        "bytes_pulled": 0, "seconds_waiting": 0.0}
@@ -550,50 +609,53 @@ class Comm:
     def _send_many(self, items: list[tuple[int, Any]], tag: tuple) -> None:
         if not items:
             return
-        remote: list[tuple[str, Any]] = []
-        by_pull: dict[int, tuple[Any, list[str]]] = {}  # id(obj) -> (obj, receiver addresses)
+        remote: list[tuple[int, Any]] = []  # (global rank, payload)
+        by_pull: dict[int, tuple[Any, list[int]]] = {}  # id(obj) -> (obj, receiving global ranks)
         for dst, obj in items:
             if not 0 <= dst < self.size:
                 raise ValueError(f"rank {dst} out of range for a group of {self.size}")
             if dst == self.rank:
-                _deliver(self.group, self._global_rank, tag, obj)
+                _deliver(self.group, self._global_rank, tag, obj, self._global_rank)
                 continue
             g = self._ranks[dst]
             size = nbytes(obj)
             self.stats["bytes_sent"] += size
             self.stats["messages_sent"] += 1
-            if g in self._pull_peers and size >= _CMA_MIN and _host_only(obj):
-                by_pull.setdefault(id(obj), (obj, []))[1].append(self._addresses[g])
+            if self._addresses[g] == self._worker.address:
+                # a rank of this group on this same worker: a private copy, no socket
+                _deliver(self.group, self._global_rank, tag, pickle.loads(pickle.dumps(obj, protocol=5)), g)
+            elif g in self._pull_peers and size >= _CMA_MIN and _host_only(obj):
+                by_pull.setdefault(id(obj), (obj, []))[1].append(g)
             else:
-                remote.append((self._addresses[g], obj))
+                remote.append((g, obj))
         if not remote and not by_pull:
             return
         self._check_abort()
         outgoing = []
-        for obj, addrs in by_pull.values():  # the same object to several peers is packed once
+        for obj, ranks in by_pull.values():  # the same object to several peers is packed once
             key = f"{self.group}-{uuid.uuid4().hex}"
-            packed = _Parcel.pack(obj, key, self._worker.address, len(addrs))
+            packed = _Parcel.pack(obj, key, self._worker.address, len(ranks))
             if packed is None:
-                remote += [(a, obj) for a in addrs]
+                remote += [(g, obj) for g in ranks]
                 continue
             parcel, out = packed
             with _OUTBOX_LOCK:
                 _OUTBOX[key] = out
             outgoing.append((key, out, obj))
-            remote += [(a, parcel) for a in addrs]
+            remote += [(g, parcel) for g in ranks]
         deadline = time.monotonic() + self.timeout
         try:
             self._post(remote, tag, deadline)
             fallback = []
             for _key, out, obj in outgoing:
                 # MPI semantics: the buffer is the caller's again once send returns
-                if not out.done.wait(max(0.0, deadline - time.monotonic())):
+                if not self._wait_abortable(out.done.wait, deadline):
                     raise CommsTimeoutError(f"rank {self.rank} of group {self.group}: a peer did not pull "
                                             f"a {nbytes(obj)}-byte message within {self.timeout:.0f}s")
-                fallback += [(a, obj) for a in out.failed]
+                fallback += [(g, obj) for g in out.failed]
                 self.stats["bytes_pulled"] += nbytes(obj) * (out.receivers - len(out.failed))
             if fallback:
-                self._pull_peers -= {self._addresses.index(a) for a, _ in fallback}
+                self._pull_peers -= {g for g, _ in fallback}
                 _PEERS_SEEN[(tuple(self._addresses), self._global_rank)] = frozenset(self._pull_peers)
                 self._post(fallback, tag, deadline)
         finally:
@@ -601,30 +663,49 @@ class Comm:
                 for key, _, _ in outgoing:
                     _OUTBOX.pop(key, None)
 
-    def _post(self, remote: list[tuple[str, Any]], tag: tuple, deadline: float) -> None:
+    def _wait_abortable(self, wait: Callable[[float], Any], deadline: float) -> Any:
+        """``wait(seconds)`` in slices until it returns true or the deadline passes; an abort
+        of the group (a peer failed, its worker left) ends the wait at once."""
+        while True:
+            left = deadline - time.monotonic()
+            got = wait(max(0.0, min(left, 0.25)))
+            if got or left <= 0.25:
+                return got
+            self._check_abort()
+
+    def _post(self, remote: list[tuple[int, Any]], tag: tuple, deadline: float) -> None:
         if not remote:
             return
         fut = asyncio.run_coroutine_threadsafe(self._asend(remote, tag), self._loop)
+
+        def done(seconds: float) -> bool:
+            try:
+                fut.result(timeout=seconds)
+            except TimeoutError:
+                return False
+            return True
+
         try:
-            fut.result(timeout=max(0.0, deadline - time.monotonic()))
-        except TimeoutError as e:
-            fut.cancel()
-            raise CommsTimeoutError(
-                f"rank {self.rank} of group {self.group}: send of {tag[2:4] if len(tag) > 3 else tag} "
-                f"timed out after {self.timeout:.0f}s") from e
+            if not self._wait_abortable(done, deadline):
+                raise CommsTimeoutError(
+                    f"rank {self.rank} of group {self.group}: send of {tag[2:4] if len(tag) > 3 else tag} "
+                    f"timed out after {self.timeout:.0f}s")
         except OSError as e:
             raise PeerFailedError(f"rank {self.rank} of group {self.group}: a peer is unreachable ({e})") from e
+        finally:
+            if not fut.done():
+                fut.cancel()
 
-    async def _asend(self, remote: list[tuple[str, Any]], tag: tuple) -> None:
+    async def _asend(self, remote: list[tuple[int, Any]], tag: tuple) -> None:
         from distributed.protocol import to_serialize
 
-        async def one(addr: str, obj: Any) -> None:
+        async def one(g: int, obj: Any) -> None:
             # No reply: tags are unique per message, so delivery order never matters
             # and the sender does not pay a second network hop per message.
-            await self._worker.rpc(addr).wb_comms_deliver(
-                group=self.group, src=self._global_rank, tag=tag, payload=to_serialize(obj), reply=False)
+            await self._worker.rpc(self._addresses[g]).wb_comms_deliver(
+                group=self.group, src=self._global_rank, dst=g, tag=tag, payload=to_serialize(obj), reply=False)
 
-        await asyncio.gather(*(one(a, o) for a, o in remote))
+        await asyncio.gather(*(one(g, o) for g, o in remote))
 
     def _recv(self, src: int, tag: tuple, timeout: float | None = None) -> Any:
         if not 0 <= src < self.size:
@@ -658,13 +739,15 @@ class Comm:
             raise PeerFailedError(f"rank {self.rank} of group {self.group} aborted: {self._box.abort}")
 
     def _abort_peers(self, reason: str) -> None:
+        _POST.abort(self.group, reason)  # ranks sharing this worker
+
         async def go():
             async def one(addr):
                 try:
                     await asyncio.wait_for(self._worker.rpc(addr).wb_comms_abort(group=self.group, reason=reason), 5)
                 except Exception:
                     pass
-            await asyncio.gather(*(one(a) for i, a in enumerate(self._addresses) if i != self._global_rank))
+            await asyncio.gather(*(one(a) for a in set(self._addresses) if a != self._worker.address))
 
         try:
             asyncio.run_coroutine_threadsafe(go(), self._loop).result(timeout=10)
@@ -694,7 +777,9 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
     worker = get_worker()
     _install_handlers(worker)
     if worker.address != addresses[rank]:
-        raise CommsError(f"rank {rank} ran on {worker.address}, expected {addresses[rank]}")
+        raise WorkerLostError(f"rank {rank} of SPMD group {group} ran on {worker.address}, not on "
+                              f"{addresses[rank]}: its worker was lost, and a rank cannot rerun without "
+                              f"its group (rerun the call that launched it)")
     # Leave the worker's thread pool: the rank blocks on peers for its whole life.
     secede()
     comm = Comm(group, rank, addresses, timeout)
@@ -715,7 +800,7 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
         raise
     finally:
-        _POST.close(group)
+        _POST.close(group, rank)
 
 
 def _pull_peers(comm: Comm, known: bool = False) -> set[int]:
@@ -784,7 +869,26 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     ]
     futures_group = _SPMDFutures(futures, group, addresses, client)
     futures_group.published = publish_info
+    futures_group.inputs = _futures_in((rank_args, args, kwargs))
     return futures_group
+
+
+def _futures_in(obj: Any, limit: int = 10_000) -> list:
+    """The distributed Futures inside ``obj`` (lists, tuples, dicts, a few levels deep)."""
+    from distributed import Future
+
+    out: list = []
+    stack, seen = [(obj, 0)], 0
+    while stack and seen < limit:
+        o, depth = stack.pop()
+        seen += 1
+        if isinstance(o, Future):
+            out.append(o)
+        elif depth < 4 and isinstance(o, list | tuple):
+            stack += [(x, depth + 1) for x in o if isinstance(x, Future | list | tuple | dict)]
+        elif depth < 4 and isinstance(o, dict):
+            stack += [(x, depth + 1) for x in o.values() if isinstance(x, Future | list | tuple | dict)]
+    return out
 
 
 class _SPMDFutures(list):
@@ -796,43 +900,106 @@ class _SPMDFutures(list):
         self.addresses = addresses
         self.client = client
         self.published = False
+        self.inputs: list = []  # futures the ranks take as arguments
+
+
+#: Futures in these states will not become results without a worker that is gone
+#: (scattered data of a dead worker is cancelled; a pinned task's result is lost).
+_DEAD_STATES = ("lost", "cancelled")
+
+
+def lost_workers(addresses: Sequence[str], client: Any) -> list[str]:
+    """The ``addresses`` that are no longer workers of the cluster (one scheduler round trip)."""
+    from .cluster import worker_addresses
+
+    alive = worker_addresses(client)
+    client._workbench_alive = alive  # what recovery compares against after a failure
+    return sorted({a for a in addresses if a not in set(alive)})
+
+
+def _loss(futures: _SPMDFutures, ask: bool = True) -> str | None:
+    """Why the group cannot finish because something is gone, or None."""
+    dead = [f.key for f in futures.inputs if f.status in _DEAD_STATES]
+    if dead:
+        return f"input partition(s) {dead[:4]}{' ...' if len(dead) > 4 else ''} were lost with their worker"
+    lost = lost_workers(futures.addresses, futures.client) if ask else []
+    return f"worker(s) {lost} left the cluster" if lost else None
+
+
+def _fail_group(futures: _SPMDFutures, reason: str) -> None:
+    """Free every rank still running (abort), drop the group's futures and what they published."""
+    _abort_group(futures, reason)
+    for f in futures:
+        f.cancel()
+    _forget_infos(futures)
 
 
 def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
     """Wait for every rank; fail fast (and abort the rest) when a rank errors
-    or a rank's worker leaves the cluster."""
-    from .cluster import worker_addresses
+    or a rank's worker leaves the cluster.
 
+    Raises
+    ------
+    WorkerLostError
+        A worker of the group left the cluster, or a partition the ranks take
+        as input was lost with its worker.  The surviving ranks are aborted.
+    Exception
+        The first rank's own error (not the peer failures it caused).
+
+    A ``KeyboardInterrupt`` while waiting aborts and cancels the group, so the
+    cluster stays usable.
+    """
     client = futures.client
     pending = list(futures)
     last_check = time.monotonic()
-    while pending:
-        pending = _still_pending(pending, poll, "FIRST_COMPLETED")
-        if any(f.status == "error" for f in futures):
+    try:
+        while pending:
+            pending = _still_pending(pending, poll, "FIRST_COMPLETED")
+            if any(f.status == "error" for f in futures):
+                if pending:
+                    _abort_group(futures, "a peer rank raised")
+                break
+            if any(f.status == "cancelled" for f in futures):  # Dask dropped a rank whose input was lost
+                why = _loss(futures)
+                _fail_group(futures, why or "a rank was cancelled")
+                raise (WorkerLostError if why else CommsError)(f"SPMD group {futures.group}: "
+                                                               f"{why or 'a rank was cancelled'}")
             if pending:
-                _abort_group(futures, "a peer rank raised")
-            break
-        if pending and time.monotonic() - last_check >= poll:
-            last_check = time.monotonic()
-            alive = set(worker_addresses(client))
-            lost = [a for a in futures.addresses if a not in alive]
-            if lost:
-                _abort_group(futures, f"worker(s) {lost} left the cluster")
-                for f in futures:
-                    f.cancel()
-                _forget_infos(futures)
-                raise WorkerLostError(f"SPMD group {futures.group} lost worker(s) {lost}")
+                ask = time.monotonic() - last_check >= poll
+                why = _loss(futures, ask)
+                last_check = time.monotonic() if ask else last_check
+                if why:
+                    _fail_group(futures, why)
+                    raise WorkerLostError(f"SPMD group {futures.group}: {why}")
+    except (CommsError, KeyboardInterrupt, SystemExit, asyncio.CancelledError) as e:
+        if not isinstance(e, WorkerLostError):
+            _fail_group(futures, f"the client stopped waiting ({e.__class__.__name__})")
+        raise
     failed = [f for f in futures if f.status == "error"]
     if not failed:
         client._workbench_groups.add(tuple(futures.addresses))   # every rank remembers its pull peers
-    else:
-        _forget_infos(futures)
-        # re-raise the cause, not the peers it aborted (whose errors may reach the client first)
-        if pending and all(isinstance(f.exception(), PeerFailedError) for f in failed):
-            _still_pending(pending, 10, "ALL_COMPLETED")
-            failed = [f for f in futures if f.status == "error"]
-        cause = next((f for f in failed if not isinstance(f.exception(), PeerFailedError)), failed[0])
-        cause.result()
+        return
+
+    def cause_of(failed: list) -> Any:
+        return next((f for f in failed if not isinstance(f.exception(), PeerFailedError)), failed[0])
+
+    # Re-raise the cause, not the peers it aborted (whose errors may reach the client first).  A peer's
+    # death shows first as comms failures of the ranks that talked to it, and the scheduler may learn
+    # of it a moment later: look again for a while before calling it the ranks' own error.
+    cause, why = cause_of(failed), _loss(futures)
+    deadline = time.monotonic() + (10.0 if pending else 2.0)
+    while why is None and isinstance(cause.exception(), CommsError) and time.monotonic() < deadline:
+        if pending:
+            pending = _still_pending(pending, 0.5, "ALL_COMPLETED")
+        else:
+            time.sleep(0.25)
+        cause, why = cause_of([f for f in futures if f.status == "error"]), _loss(futures)
+    if why:
+        exc = cause.exception()
+        _fail_group(futures, why)
+        raise WorkerLostError(f"SPMD group {futures.group}: {why}") from exc
+    _forget_infos(futures)
+    cause.result()
 
 
 def _still_pending(futures: list, timeout: float, return_when: str) -> list:
@@ -841,6 +1008,8 @@ def _still_pending(futures: list, timeout: float, return_when: str) -> list:
 
     try:
         return list(wait(futures, timeout=timeout, return_when=return_when).not_done)
+    except CancelledError:  # a future was cancelled (its input was lost with a worker): the caller looks why
+        return [f for f in futures if not f.done()]
     except TimeoutError as e:
         # the timeout's traceback holds distributed's frames, which hold the futures:
         # cut it, or the results stay pinned on the workers until a gc cycle
@@ -892,8 +1061,26 @@ def split_results(futures: _SPMDFutures) -> tuple[list, list]:
         return list(futures), [pickle.loads(posted.pop(k)) for k in keys]
     pairs = list(zip(futures, futures.addresses, strict=True))
     blocks = [client.submit(operator.getitem, f, 0, workers=[a], pure=False) for f, a in pairs]
-    infos = client.gather([client.submit(operator.getitem, f, 1, workers=[a], pure=False) for f, a in pairs])
+    infos = gather_results([client.submit(operator.getitem, f, 1, workers=[a], pure=False) for f, a in pairs],
+                   client, futures.addresses)
     return blocks, infos
+
+
+def gather_results(futures: Sequence[Any], client: Any, addresses: Sequence[str] = (), poll: float = 0.5) -> list:
+    """``client.gather`` that raises :class:`WorkerLostError` instead of waiting forever
+    when a result was lost with its worker (a pinned task's result cannot be recomputed
+    elsewhere: Dask would wait for a worker that never comes back)."""
+    pending = list(futures)
+    while pending:
+        pending = _still_pending(pending, poll, "ALL_COMPLETED")
+        if pending:
+            dead = [f.key for f in pending if f.status in _DEAD_STATES]
+            lost = dead or lost_workers(addresses, client)
+            if lost:
+                for f in futures:
+                    f.cancel()
+                raise WorkerLostError(f"results lost with their worker: {lost}")
+    return client.gather(list(futures))
 
 
 def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
@@ -932,4 +1119,4 @@ def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
                 raise WorkerLostError(f"a worker was lost and the cluster did not get back to "
                                       f"{len(rank_args)} workers within 120 s") from None
             continue
-        return client.gather(list(futs)) if gather else list(futs)
+        return gather_results(list(futs), client, addrs) if gather else list(futs)

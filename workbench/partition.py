@@ -23,8 +23,15 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from collections.abc import Sequence
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +48,16 @@ __all__ = [
     "grid_shape",
     "rows_of",
     "as_row_blocks",
+    "Lineage",
+    "TaskLineage",
+    "GraphLineage",
+    "HostLineage",
+    "WorkerLostWarning",
+    "WorkerMemoryError",
+    "repair",
+    "resilient",
+    "lost_parts",
+    "await_workers",
 ]
 
 
@@ -100,10 +117,16 @@ class RowBlocks:
     nnz: int | None = None
     symmetric: bool | None = None
     meta: dict = field(default_factory=dict)
+    #: How each partition is rebuilt after its worker is lost (see :func:`repair`).
+    lineage: Lineage | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_parts(self) -> int:
         return len(self.parts)
+
+    def _set_part(self, i: int, future: Any, worker: str) -> None:
+        self.parts[i] = future
+        self.workers[i] = worker
 
     @property
     def backend(self) -> str:
@@ -158,6 +181,13 @@ class BlockGrid:
     nnz: int | None = None
     symmetric: bool | None = None
     meta: dict = field(default_factory=dict)
+    #: How each block (in rank order) is rebuilt after its worker is lost (see :func:`repair`).
+    lineage: Lineage | None = field(default=None, repr=False, compare=False)
+
+    def _set_part(self, i: int, future: Any, worker: str) -> None:
+        C = self.grid[1]
+        self.blocks[i // C][i % C] = future
+        self.workers[i] = worker
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -193,6 +223,434 @@ class BlockGrid:
 
 
 # --------------------------------------------------------------------------
+# Lineage and recovery: a lost worker loses nothing (DESIGN rule 7)
+# --------------------------------------------------------------------------
+
+#: Reruns of a kernel call whose workers were lost (override with WORKBENCH_RETRIES).
+RETRIES = int(os.environ.get("WORKBENCH_RETRIES", "2"))
+#: Seconds a recovery waits for a nanny to replace a lost worker before it re-places the lost
+#: partitions on the workers that remain (override with WORKBENCH_REPLACE_WAIT).
+REPLACE_WAIT = float(os.environ.get("WORKBENCH_REPLACE_WAIT", "20"))
+
+
+class WorkerLostWarning(RuntimeWarning):
+    """A kernel call lost a worker and is being rerun on the workers that remain."""
+
+
+class WorkerMemoryError(MemoryError):
+    """Partitions would not fit in a worker's memory limit (raised before anything is sent)."""
+
+
+class Lineage:
+    """How a container rebuilds partitions lost with their worker.
+
+    Subclasses implement :meth:`rebuild`; :func:`repair` decides which
+    partitions are lost and where they go.
+    """
+
+    def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
+        """Futures of partitions ``indices``, each placed on the matching worker of ``workers``."""
+        raise NotImplementedError
+
+
+class TaskLineage(Lineage):
+    """Partition i is ``fn(*args[i])``, a pure task (seeded generators, file readers).
+
+    The rebuilt task may run on any worker (Dask recomputes it there if its
+    worker is lost again), so ``fn`` and its arguments must be picklable.
+    """
+
+    def __init__(self, fn: Callable, args: Sequence[tuple]) -> None:
+        self.fn, self.args = fn, list(args)
+
+    def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
+        return [client.submit(self.fn, *self.args[i], workers=[w], allow_other_workers=True, pure=False)
+                for i, w in zip(indices, workers, strict=True)]
+
+
+class GraphLineage(Lineage):
+    """Partition i is the dask (delayed) object ``blocks[i]``, recomputed from its graph."""
+
+    def __init__(self, blocks: Sequence[Any]) -> None:
+        self.blocks = list(blocks)
+
+    def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
+        return [client.compute(self.blocks[i], workers=[w], allow_other_workers=True)
+                for i, w in zip(indices, workers, strict=True)]
+
+
+class HostLineage(Lineage):
+    """Partition i is ``cut(prepare(source), i)`` of a host object the client still holds.
+
+    Only a weak reference to ``source`` is kept: the container does not keep
+    the client's copy alive.  With ``replicas >= 2`` each partition also lives
+    on other workers; a partition whose copy survived is copied from there.
+    """
+
+    def __init__(self, source: Any, prepare: Callable[[Any], Any], cut: Callable[[Any, int], Any],
+                 shape: tuple, replicas: int = 1) -> None:
+        try:
+            self.ref: Callable[[], Any] | None = weakref.ref(source)
+        except TypeError:  # lists and other objects without weak references
+            self.ref = None
+        self.prepare, self.cut, self.shape, self.replicas = prepare, cut, tuple(shape), int(replicas)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "ref": None}  # a weak reference does not travel
+
+    def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
+        out: list = [None] * len(indices)
+        from_host = []
+        for k, (f, w) in enumerate(zip(old, workers, strict=True)):
+            if self.replicas > 1 and f is not None and f.status == "finished":  # a copy survived
+                out[k] = client.submit(_same, f, workers=[w], allow_other_workers=False, pure=False)
+            else:
+                from_host.append(k)
+        if from_host:
+            src = self.ref() if self.ref is not None else None
+            if src is None or tuple(getattr(src, "shape", ())) != self.shape:
+                from .comms import WorkerLostError
+
+                why = "is gone" if src is None else f"changed shape to {getattr(src, 'shape', None)}"
+                raise WorkerLostError(
+                    f"partition(s) {[indices[k] for k in from_host]} were lost with their worker and the host "
+                    f"object they were distributed from {why}; keep the object while you use the container, "
+                    f"or distribute with replicas=2")
+            data = self.prepare(src)
+            for k in from_host:
+                out[k] = _scatter_to(client, self.cut(data, indices[k]), workers[k])
+        if self.replicas > 1:
+            client.replicate(out, n=self.replicas)
+        return out
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _host_lineage(container: RowBlocks | BlockGrid, obj: Any, replicas: int) -> HostLineage:
+    """The way back to ``obj`` for the partitions :func:`distribute` cut from it."""
+    sparse = container.kind == "csr"
+
+    def prepare(src: Any) -> Any:
+        if sparse:
+            A = src.tocsr()
+            return A if A.has_sorted_indices else A.sorted_indices()
+        return src if hasattr(src, "__cuda_array_interface__") else np.asarray(src)
+
+    if isinstance(container, BlockGrid):
+        roffs, coffs, C = container.row_offsets, container.col_offsets, container.grid[1]
+
+        def cut(a: Any, r: int) -> Any:
+            i, j = divmod(r, C)
+            if sparse:  # as distribute cuts them: a row band, then its columns
+                return a[roffs[i]:roffs[i + 1]].tocsc()[:, coffs[j]:coffs[j + 1]].tocsr()
+            return np.ascontiguousarray(a[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]])
+    else:
+        offs = container.offsets
+
+        def cut(a: Any, r: int) -> Any:
+            return a[offs[r]:offs[r + 1]] if sparse else np.ascontiguousarray(a[offs[r]:offs[r + 1]])
+
+    return HostLineage(obj, prepare, cut, container.shape, replicas)
+
+
+def _keeps_source(fn: Callable) -> Callable:
+    """:func:`distribute`'s lineage: check the blocks fit the workers' memory first, and let the
+    container rebuild any partition from the caller's object (or from its replicas) afterwards."""
+
+    @functools.wraps(fn)
+    def wrapper(obj: Any, client: Any = None, **kwargs: Any) -> Any:
+        replicas = kwargs.get("replicas", 1)
+        if not isinstance(replicas, int | np.integer) or isinstance(replicas, bool) or replicas < 1:
+            raise ValueError(f"replicas must be a positive int, got {replicas!r}")
+        if isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
+            return fn(obj, client, **kwargs)
+        client = default_client(client)
+        _check_fits(client, _host_nbytes(obj) * replicas, kwargs.get("workers"), kwargs.get("n_parts"), "the data")
+        out = fn(obj, client, **kwargs)
+        if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
+            out.lineage = _host_lineage(out, obj, replicas)
+            if replicas > 1:
+                if replicas > len(set(worker_addresses(client))):
+                    raise ValueError(f"replicas={replicas} needs as many workers; the cluster has "
+                                     f"{len(worker_addresses(client))}")
+                client.replicate(out.parts, n=replicas)
+        return out
+
+    return wrapper
+
+
+def _is_dask(obj: Any) -> bool:
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, da.Array)
+
+
+def _host_nbytes(obj: Any) -> int:
+    if hasattr(obj, "indptr") and hasattr(obj, "data"):
+        return int(obj.data.nbytes + obj.indices.nbytes + obj.indptr.nbytes)
+    nb = getattr(obj, "nbytes", None)
+    return int(nb) if isinstance(nb, int | np.integer) else 0
+
+
+def _memory_limits(client: Any, addresses: Sequence[str] | None = None) -> dict[str, int]:
+    """Each worker's memory limit in bytes (0: none), asked once per worker and remembered."""
+    from .cluster import scheduler_identity
+
+    known = getattr(client, "_workbench_memory_limits", None)
+    if known is None:
+        known = client._workbench_memory_limits = {}
+    if addresses is None or any(a not in known for a in addresses):
+        known.clear()  # and forget workers that left
+        for a, info in scheduler_identity(client)["workers"].items():
+            known[a] = int(info.get("memory_limit") or 0)
+    return known
+
+
+def _fmt(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**28 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _check_fits(client: Any, total: int, workers: Sequence[str] | None, n_parts: int | None, what: str) -> None:
+    """Raise :class:`WorkerMemoryError` when an even share of ``total`` bytes exceeds a worker's
+    memory limit: sending it would only get the worker killed and restarted, again and again."""
+    if total <= 0:
+        return
+    addrs = list(workers) if workers is not None else worker_addresses(client)
+    limits = _memory_limits(client, addrs)
+    lim = [limits.get(a, 0) for a in addrs]
+    if not addrs or not all(lim):
+        return
+    share = total / max(1, min(len(addrs), n_parts or len(addrs)))
+    if share > min(lim):
+        raise WorkerMemoryError(
+            f"{what} ({_fmt(total)}) split over {len(addrs)} workers puts {_fmt(share)} on each, more than a "
+            f"worker's memory limit ({_fmt(min(lim))}); use more workers or a larger memory_limit")
+
+
+def _part_nbytes(c: RowBlocks | BlockGrid, i: int) -> int:
+    """Estimated bytes of partition ``i`` (exact for dense blocks, from nnz for CSR)."""
+    item = np.dtype(c.dtype).itemsize
+    if isinstance(c, BlockGrid):
+        R, C = c.grid
+        rows = int(c.row_offsets[i // C + 1] - c.row_offsets[i // C])
+        cols = int(c.col_offsets[i % C + 1] - c.col_offsets[i % C])
+        if c.kind == "csr":
+            return int((c.nnz or 0) / max(1, R * C) * (item + 8) + 8 * rows)
+        return rows * cols * item
+    rows = int(c.offsets[i + 1] - c.offsets[i])
+    if c.kind == "csr":
+        return int((c.nnz or 0) * rows / max(1, c.shape[0]) * (item + 8) + 8 * rows)
+    return rows * int(np.prod(c.shape[1:], dtype=np.int64)) * item
+
+
+def lost_parts(c: RowBlocks | BlockGrid, alive: set[str] | None = None) -> list[int]:
+    """Indices of partitions that are gone: their future was lost or cancelled with their
+    worker, or (given the live ``alive`` workers) their worker left the cluster."""
+    return [i for i, (f, w) in enumerate(zip(c.parts, c.workers, strict=True))
+            if f.status in ("lost", "cancelled", "error") or (alive is not None and w not in alive)]
+
+
+def _placement(current: list[str], lost: list[int], alive: list[str]) -> list[str]:
+    """Workers for the lost partitions: workers the container does not use yet (a nanny's
+    replacement, a new worker) first, then the least loaded of the others."""
+    keep = [w for i, w in enumerate(current) if i not in set(lost) and w in alive]
+    load = {a: keep.count(a) for a in alive}
+    out = []
+    for _ in lost:
+        a = min(alive, key=lambda a: (load[a], a))
+        load[a] += 1
+        out.append(a)
+    return out
+
+
+def await_workers(client: Any, n: int, wait: float = REPLACE_WAIT) -> list[str]:
+    """The live workers once there are ``n`` of them again (a nanny replaces a dead worker
+    in seconds), or after ``wait`` seconds with whatever is there."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = worker_addresses(client)
+        if len(alive) >= n or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def repair(container: RowBlocks | BlockGrid, client: Any = None, *, wait: float = REPLACE_WAIT) -> list[int]:
+    """Rebuild, in place, the partitions of ``container`` lost with their worker.
+
+    Lost partitions are rebuilt from the container's :class:`Lineage` on the
+    workers that replaced the lost ones (waiting up to ``wait`` seconds for a
+    nanny to restart them) or else on the least loaded live workers; the
+    container's ``parts`` and ``workers`` are updated and the kernels' caches
+    in ``meta`` (keys starting with ``_``) dropped, so later calls work as before.
+
+    Returns
+    -------
+    list of int
+        The partitions rebuilt (empty when nothing was lost).
+
+    Raises
+    ------
+    WorkerLostError
+        A lost partition cannot be rebuilt (no lineage, or the host object it
+        came from is gone).
+
+    Examples
+    --------
+    >>> G = wb.distribute(A, client=client)                    # doctest: +SKIP
+    >>> # ... a worker dies ...
+    >>> repair(G, client)                                      # doctest: +SKIP
+    [1]
+    """
+    from .comms import WorkerLostError
+
+    client = default_client(client)
+    alive = worker_addresses(client)
+    lost = lost_parts(container, set(alive))
+    if not lost:
+        return []
+    gone = sorted({container.workers[i] for i in lost})
+    if container.lineage is None:
+        raise WorkerLostError(f"partition(s) {lost} of {container!r} were lost with worker(s) {gone} and the "
+                              f"container has no lineage to rebuild them from")
+    alive = await_workers(client, len(set(container.workers)), wait)
+    if not alive:
+        raise WorkerLostError(f"partition(s) {lost} of {container!r} were lost with worker(s) {gone} and no "
+                              f"worker is left to rebuild them on")
+    targets = _placement(list(container.workers), lost, alive)
+    limits = _memory_limits(client, targets)
+    for i, w in zip(lost, targets, strict=True):
+        need = _part_nbytes(container, i) + sum(_part_nbytes(container, j) for j, v in
+                                                enumerate(container.workers) if v == w and j not in lost)
+        if limits.get(w) and need > limits[w]:
+            raise WorkerMemoryError(f"partition {i} ({_fmt(_part_nbytes(container, i))}) lost with worker(s) "
+                                    f"{gone} does not fit on {w} beside its own ({_fmt(need)} against a memory "
+                                    f"limit of {_fmt(limits[w])}); add a worker")
+    new = container.lineage.rebuild(client, lost, targets, [container.parts[i] for i in lost])
+    for i, f, w in zip(lost, new, targets, strict=True):
+        container._set_part(i, f, w)
+    for k in [k for k in container.meta if k.startswith("_")]:
+        del container.meta[k]  # kernels' caches hold futures derived from the lost partitions
+    container.meta["repaired"] = container.meta.get("repaired", 0) + len(lost)
+    return lost
+
+
+# ---- the kernels' entry: rerun a call that lost a worker ---------------------
+
+_ACTIVE = threading.local()
+
+
+def _containers(obj: Any, depth: int = 0) -> list:
+    if isinstance(obj, RowBlocks | BlockGrid):
+        return [obj]
+    if depth < 2 and isinstance(obj, list | tuple):
+        return [c for o in obj for c in _containers(o, depth + 1)]
+    if depth < 2 and isinstance(obj, dict):
+        return [c for o in obj.values() for c in _containers(o, depth + 1)]
+    return []
+
+
+def _lost_reason(exc: BaseException, client: Any, containers: list, known: set[str]) -> str | None:
+    """Why ``exc`` comes from a lost worker, or None when it is the call's own error."""
+    from .comms import CommsError, WorkerLostError
+
+    if isinstance(exc, WorkerLostError):
+        return str(exc)
+    dead = [i for c in containers for i in lost_parts(c)]
+    if dead:
+        return f"partition(s) {dead} lost with their worker"
+    names = {"FutureCancelledError", "CancelledError", "KilledWorker", "CommClosedError", "FutureLostError"}
+    if isinstance(exc, CommsError | OSError) or type(exc).__name__ in names:
+        from .comms import lost_workers
+
+        gone = lost_workers(sorted(known | {w for c in containers for w in c.workers}), client)
+        if gone:
+            return f"worker(s) {gone} left the cluster"
+    return None
+
+
+def resilient(fn: Callable) -> Callable:
+    """Make a kernel's public function survive lost workers (DESIGN rule 7).
+
+    Before the call, containers among the arguments (:class:`RowBlocks`,
+    :class:`BlockGrid`) whose partitions were lost are repaired in place.  When
+    the call loses a worker (:class:`~workbench.comms.WorkerLostError` from its
+    SPMD group, or a partition lost with its worker), the lost partitions are
+    rebuilt on the workers that remain or on the nanny's replacement, a
+    :class:`WorkerLostWarning` is issued and the call reruns, at most
+    :data:`RETRIES` times; then ``WorkerLostError`` says what was lost.  The
+    result's ``stats["retries"]`` counts the reruns.  A call made inside
+    another resilient call is left to the outer one.
+
+    Examples
+    --------
+    >>> @resilient                                             # doctest: +SKIP
+    ... def bfs(graph, source, *, client=None): ...
+    """
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from .comms import WorkerLostError
+
+        if getattr(_ACTIVE, "depth", 0):
+            return fn(*args, **kwargs)
+        bound = sig.bind_partial(*args, **kwargs)
+        client = default_client(bound.arguments.get("client"))
+        containers = _containers(list(bound.arguments.values()))
+        cached = set(getattr(client, "_workbench_alive", ()))  # the workers comms saw last (no round trip)
+        history: list[str] = []
+        _ACTIVE.depth = 1
+        try:
+            while True:
+                for c in containers:
+                    if lost_parts(c):
+                        repair(c, client)
+                try:
+                    out = fn(*bound.args, **bound.kwargs)
+                except Exception as e:
+                    why = _lost_reason(e, client, containers, cached)
+                    if why is None:
+                        raise
+                    history.append(why)
+                    if len(history) > RETRIES:
+                        raise WorkerLostError(f"{fn.__name__}: workers were lost in {len(history)} attempts "
+                                              f"({RETRIES} retries): {'; '.join(history)}") from e
+                    warnings.warn(f"{fn.__name__}: {why}; rebuilding the lost partitions and rerunning "
+                                  f"(retry {len(history)} of {RETRIES})", WorkerLostWarning, stacklevel=2)
+                    alive = await_workers(client, max(len(cached), max((len(set(c.workers)) for c in containers),
+                                                                       default=1)))
+                    for c in containers:
+                        repair(c, client, wait=0)
+                    _replace_workers(bound, set(alive))
+                    cached = set(alive)
+                    continue
+                # the result's stats: ``out.stats``, or the dict of a ``(result, stats)`` pair
+                stats = out[-1] if isinstance(out, tuple) and out and isinstance(out[-1], dict) else \
+                    getattr(out, "stats", None)
+                if isinstance(stats, dict):
+                    stats["retries"] = len(history)
+                return out
+        finally:
+            _ACTIVE.depth = 0
+
+    return call
+
+
+def _replace_workers(bound: inspect.BoundArguments, alive: set[str]) -> None:
+    """An explicit ``workers=`` list keeps its length: lost addresses give way to live workers it lacks."""
+    ws = bound.arguments.get("workers")
+    if not ws:
+        return
+    spare = sorted(alive - set(ws))
+    new = [w if w in alive else (spare.pop(0) if spare else None) for w in ws]
+    bound.arguments["workers"] = [w for w in new if w is not None]
+
+
+# --------------------------------------------------------------------------
 # distribute
 # --------------------------------------------------------------------------
 
@@ -216,9 +674,10 @@ def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
     return fut
 
 
+@_keeps_source
 def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tuple[int, int] | None = None,
                workers: Sequence[str] | None = None, n_parts: int | None = None,
-               symmetric: bool | None = None) -> RowBlocks | BlockGrid | Any:
+               symmetric: bool | None = None, replicas: int = 1) -> RowBlocks | BlockGrid | Any:
     """Place a host matrix, array or point set on the workers, once.
 
     Parameters
@@ -240,10 +699,16 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
         workers round-robin when larger).
     symmetric : bool, optional
         Record that a sparse matrix is symmetric (checked by graph kernels).
+    replicas : int
+        Copies of each partition on distinct workers.  With 1 (default) a
+        partition lost with its worker is sent again from ``obj`` while the
+        caller still holds it (the container keeps a weak reference); with 2
+        or more it survives the loss of a worker without the client's copy.
 
     Returns
     -------
     RowBlocks or BlockGrid
+        Each partition can be rebuilt after its worker is lost (``lineage``).
 
     Examples
     --------
@@ -330,7 +795,8 @@ def rows_of(x: Any, client: Any = None, workers: Sequence[str] | None = None) ->
     delayed_blocks = xr.to_delayed().ravel()
     futs = [client.compute(d, workers=[addrs[r]], allow_other_workers=False)
             for r, d in enumerate(delayed_blocks)]
-    return RowBlocks(futs, offs, tuple(x.shape), x.dtype, addrs, kind="dense")
+    return RowBlocks(futs, offs, tuple(x.shape), x.dtype, addrs, kind="dense",
+                     lineage=GraphLineage(list(delayed_blocks)))
 
 
 def as_row_blocks(obj: Any, client: Any = None, *, kind: str | None = None) -> RowBlocks:
@@ -356,31 +822,37 @@ def as_row_blocks(obj: Any, client: Any = None, *, kind: str | None = None) -> R
 # Properties checked once per container
 # --------------------------------------------------------------------------
 
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+def splitmix64(z: Any) -> Any:
+    """splitmix64's finalizer over a uint64 array (numpy or cupy): a well-mixed 64-bit word per input,
+    the hash every rank computes alike (edge hashes here, coloring's tie-break priorities)."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def _edge_hash(xp: Any, rows: Any, cols: Any) -> Any:
-    """splitmix64 of the ordered pair (row, col): a different 64-bit word per pair."""
-    z = rows.astype(xp.uint64) * _GOLDEN + cols.astype(xp.uint64)
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
+    """A different 64-bit word per ordered pair (row, col)."""
+    with np.errstate(over="ignore"):
+        return splitmix64(splitmix64(rows.astype(xp.uint64)) + cols.astype(xp.uint64))
 
 
 def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]:
     """Sums (mod 2**64) of the hashes of a CSR block's pairs (i, j) and of the
-    reversed pairs (j, i), global ids, and its entry count (runs on a worker)."""
+    reversed pairs (j, i), global ids, and its entry count (runs on a worker).
+    A stored zero is no edge, as the graph kernels read it."""
     from .backend import namespace
 
     xp = namespace(block.indptr)
-    counts = xp.diff(block.indptr)
-    rows = xp.repeat(xp.arange(row0, row0 + block.shape[0], dtype=xp.int64), counts)
+    rows = xp.searchsorted(block.indptr, xp.arange(block.indptr[-1]), side="right") - 1 + row0
     cols = block.indices.astype(xp.int64) + col0
+    edge = block.data != 0
+    rows, cols = rows[edge].astype(xp.int64), cols[edge]
     with np.errstate(over="ignore"):
         fwd = _edge_hash(xp, rows, cols).sum(dtype=xp.uint64)
         bwd = _edge_hash(xp, cols, rows).sum(dtype=xp.uint64)
-    return int(fwd), int(bwd), int(block.nnz)
+    return int(fwd), int(bwd), int(rows.shape[0])
 
 
 def check_symmetric(G: RowBlocks | BlockGrid, client: Any = None) -> bool:

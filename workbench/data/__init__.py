@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..partition import resilient
+
 __all__ = [
     "kronecker_edges",
     "kronecker_block",
@@ -163,6 +165,22 @@ def _rmat_rank(comm: Any, blocks: list[int], scale: int, edgefactor: int, seed: 
     return block, {"nnz": int(block.nnz), "bytes_sent": comm.stats["bytes_sent"]}
 
 
+def _rmat_part(scale: int, edgefactor: int, seed: int, lo: int, hi: int) -> sp.csr_matrix:
+    """Rows ``lo:hi`` of ``rmat(scale, edgefactor, seed)`` built alone on one worker: the lineage
+    of a :func:`rmat_distributed` partition (every edge block is generated and filtered, block by
+    block, so memory stays at one block plus the partition)."""
+    n = 1 << scale
+    src, dst = [], []
+    for b in range(-(-edgefactor * n // EDGE_BLOCK)):
+        ij = kronecker_block(scale, edgefactor, seed, b)
+        for s, d in ((ij[0], ij[1]), (ij[1], ij[0])):  # both directions, as the symmetrised graph
+            keep = (s >= lo) & (s < hi)
+            src.append(s[keep])
+            dst.append(d[keep])
+    return _symmetric_csr(np.concatenate(src), np.concatenate(dst), hi - lo, n, row0=lo)
+
+
+@resilient
 def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: Any = None,
                      workers: Sequence[str] | None = None):
     """Generate the Graph500 graph on the workers as :class:`~workbench.partition.RowBlocks`.
@@ -178,7 +196,7 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     """
     from .. import comms
     from ..cluster import default_client, worker_addresses
-    from ..partition import RowBlocks, block_offsets
+    from ..partition import RowBlocks, TaskLineage, block_offsets
 
     _validate_scale(scale, edgefactor)
     client = default_client(client)
@@ -195,7 +213,9 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     return RowBlocks(parts, offsets, (n, n), np.dtype(np.float64), addrs, kind="csr",
                      nnz=sum(i["nnz"] for i in infos), symmetric=True,
                      meta={"generator": "graph500", "scale": scale, "edgefactor": edgefactor, "seed": seed,
-                           "bytes_moved": sum(i["bytes_sent"] for i in infos)})
+                           "bytes_moved": sum(i["bytes_sent"] for i in infos)},
+                     lineage=TaskLineage(_rmat_part, [(scale, edgefactor, seed, int(offsets[r]), int(offsets[r + 1]))
+                                                      for r in range(P)]))
 
 
 def search_keys(degrees_or_graph: Any, n: int = 64, seed: int = 0) -> np.ndarray:

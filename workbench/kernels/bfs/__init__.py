@@ -55,7 +55,7 @@ import scipy.sparse as sp
 
 from ... import comms
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, grid_shape
+from ...partition import BlockGrid, RowBlocks, grid_shape, resilient
 from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
 from .rules import _RULES as _RULES
 from .rules import _check_block
@@ -126,6 +126,7 @@ class Graph500Result:
 # --------------------------------------------------------------------------
 
 
+@resilient
 def bfs(graph: Any, source: int, *, client: Any = None, partition: str = "auto",
         grid: tuple[int, int] | None = None, direction: str = "auto", alpha: float = ALPHA,
         beta: float = BETA) -> BFSResult:
@@ -184,6 +185,7 @@ def bfs(graph: Any, source: int, *, client: Any = None, partition: str = "auto",
     return BFSResult(parent, level, int(source), stats)
 
 
+@resilient
 def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0, client: Any = None, *,
              partition: str = "1d", grid: tuple[int, int] | None = None, direction: str = "auto",
              alpha: float = ALPHA, beta: float = BETA, validate: bool = True,

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from ... import comms
 from ...backend import device_kind, device_namespace, launch, namespace, synchronize, to_host
-from ...partition import BlockGrid, RowBlocks, block_offsets, distribute
+from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, distribute
 from . import cpu
 from .rules import _check_block
 
@@ -65,12 +65,8 @@ def _placed(graph: Any, client: Any, partition: str, RC: tuple[int, int]) -> tup
 
 
 def _ensure_symmetric(G: Any, client: Any) -> None:
-    """Trust ``G.symmetric`` when set; otherwise check on the workers (once)."""
-    if G.symmetric is None:
-        outs = comms.spmd(_symmetry_rank, list(_rank_sources(G)), _source_layout(G), client=client,
-                          workers=G.workers)
-        G.symmetric = bool(all(outs))
-    if not G.symmetric:
+    """Trust ``G.symmetric`` when set; otherwise check on the workers, once per container."""
+    if not check_symmetric(G, client):
         raise ValueError("graph must be symmetric (an undirected graph): A != A.T on the workers")
 
 
@@ -92,23 +88,6 @@ def _global_coo(part: Any, rank: int, src: dict) -> tuple[np.ndarray, np.ndarray
     cols = A.indices.astype(np.int64) + int(src["coffs"][j])
     keep = A.data != 0
     return rows[keep], cols[keep]
-
-
-def _symmetry_rank(comm: Any, part: Any, src: dict) -> bool:
-    # Send every transposed entry to the rank holding that position; compare sorted key sets.
-    rows, cols = _global_coo(part, comm.rank, src)
-    n = int(src["roffs"][-1])
-    C = len(src["coffs"]) - 1
-    dest = (np.searchsorted(src["roffs"], cols, side="right") - 1) * C + \
-        (np.searchsorted(src["coffs"], rows, side="right") - 1)
-    tkeys = cols * n + rows
-    order = np.argsort(dest, kind="stable")
-    cuts = np.searchsorted(dest[order], np.arange(comm.size + 1))
-    got = comm.alltoallv([tkeys[order][cuts[r]:cuts[r + 1]] for r in range(comm.size)])
-    mine = np.sort(rows * n + cols)
-    theirs = np.sort(np.concatenate(got))
-    ok = mine.shape == theirs.shape and bool(np.array_equal(mine, theirs))
-    return bool(comm.allreduce(ok, op="and"))
 
 
 # --------------------------------------------------------------------------

@@ -36,16 +36,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, owner_of
+from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, distribute, resilient
+from .ranks import _color_rank, priority_hash
 
-__all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash", "sequential_greedy", "to_igraph"]
+__all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash"]
 
 _DISTANCES = (1, 2, "partial2")
 _TIE_BREAKS = ("degree", "random")
@@ -64,9 +64,11 @@ class ColoringResult:
     distance : int or str
         ``1``, ``2`` or ``"partial2"``.
     stats : dict
+        ``backend`` (the workers' path: "cpu", "gpu" or "gpu-sim"),
         ``seconds``, ``edges_per_second``, ``bytes_moved``, ``rounds``
         (color exchanges), ``conflicts`` (global losers found after each
-        exchange but the last), ``recolored``,
+        exchange but the last), ``recolored``, ``speculative_passes``
+        (device paths: local first-fit passes, summed over ranks),
         ``n_workers``, ``workers`` and ``vertices_per_worker`` (who colored
         what), ``tie_break``, ``setup_seconds``/``color_seconds`` (slowest rank).
     """
@@ -77,6 +79,7 @@ class ColoringResult:
     stats: dict = field(default_factory=dict)
 
 
+@resilient
 def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break: str = "degree",
           max_rounds: int = 500) -> ColoringResult:
     """Color a distributed graph (distance 1 or 2) or the columns of a sparse matrix (partial distance 2).
@@ -127,28 +130,31 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
     t0 = time.perf_counter()
     if isinstance(graph, RowBlocks):
         G = graph
-        check_sym = kind != "partial2" and G.symmetric is not True
+        if kind != "partial2" and not check_symmetric(G, client):   # once per container, then remembered
+            raise ValueError("graph must have a symmetric pattern for distance 1 or 2 "
+                             "(checked on the workers: some edge (u, v) has no (v, u))")
     else:
         G = distribute(_host_csr(graph), client, symmetric=kind != "partial2")
-        check_sym = False
     addrs = list(G.workers)
     P = len(addrs)
     n_rows, n_cols = (int(s) for s in G.shape)
     col_offsets = np.asarray(G.offsets) if kind != "partial2" else block_offsets(n_cols, P)
     res = comms.spmd(_color_rank, list(G.parts), np.asarray(G.offsets), col_offsets, n_rows, n_cols, kind,
-                     tie_break == "degree", check_sym, int(max_rounds), client=client, workers=addrs,
+                     tie_break == "degree", int(max_rounds), client=client, workers=addrs,
                      name=f"color-{kind}")
     colors = np.concatenate([r[0] for r in res]).astype(np.int64, copy=False)
     info = res[0][1]
     seconds = time.perf_counter() - t0
     nnz = int(G.nnz) if G.nnz is not None else sum(r[1]["nnz"] for r in res)
     stats = {
+        "backend": info["backend"],
         "seconds": seconds,
         "edges_per_second": nnz / seconds if seconds > 0 else float("nan"),
         "bytes_moved": int(sum(r[1]["bytes_sent"] for r in res)),
         "rounds": info["rounds"],
         "conflicts": info["conflicts"],
         "recolored": int(sum(info["conflicts"])),
+        "speculative_passes": int(sum(r[1]["speculative_passes"] for r in res)),
         "n_workers": P,
         "workers": [r[1]["worker"] for r in res],
         "vertices_per_worker": [len(r[0]) for r in res],
@@ -228,46 +234,6 @@ def validate_coloring(graph: Any, colors: Any, *, distance: int | str = 1) -> bo
     return True
 
 
-def priority_hash(gid: Any) -> Any:
-    """Consistent 63-bit hash of global ids (splitmix64), the tie-breaker every rank agrees on."""
-    x = np.asarray(gid).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(1)).astype(np.int64)
-
-
-def to_igraph(A: Any) -> Any:
-    """An undirected igraph Graph with the pattern of symmetric ``A`` (for the peer runs)."""
-    import igraph as ig
-
-    coo = sp.triu(sp.csr_matrix(A), k=1).tocoo()
-    return ig.Graph(n=A.shape[0], edges=np.column_stack([coo.row, coo.col]))
-
-
-def sequential_greedy(A: Any, method: str = "igraph") -> np.ndarray:
-    """Single-node greedy coloring by a peer library, the reference for color counts.
-
-    ``method``: ``"igraph"`` (``vertex_coloring_greedy``, COLORED_NEIGHBORS),
-    ``"igraph-dsatur"``, or ``"nx-<strategy>"`` (networkx ``greedy_color``,
-    e.g. ``"nx-largest_first"``, ``"nx-smallest_last"``).  ``A`` may also be a
-    prebuilt igraph Graph.
-    """
-    if method.startswith("igraph"):
-        g = A if not sp.issparse(A) else to_igraph(A)
-        how = "DSATUR" if method == "igraph-dsatur" else "COLORED_NEIGHBORS"
-        return np.asarray(g.vertex_coloring_greedy(method=how), dtype=np.int64)
-    if method.startswith("nx-"):
-        import networkx as nx
-
-        d = nx.greedy_color(nx.from_scipy_sparse_array(sp.csr_matrix(A)), strategy=method[3:])
-        out = np.zeros(A.shape[0], dtype=np.int64)
-        out[list(d)] = list(d.values())
-        return out
-    raise ValueError(f"method must be 'igraph', 'igraph-dsatur' or 'nx-<strategy>', got {method!r}")
-
-
 # --------------------------------------------------------------------------
 # Validation (before any work reaches the cluster)
 # --------------------------------------------------------------------------
@@ -314,326 +280,3 @@ def _check_args(graph: Any, distance: Any, tie_break: Any, max_rounds: Any) -> t
             raise ValueError(f"graph must have a symmetric pattern for distance={distance}; "
                              "symmetrise it (A + A.T) or use distance='partial2' for a matrix")
     return distance, tie_break
-
-
-# --------------------------------------------------------------------------
-# The SPMD rank
-# --------------------------------------------------------------------------
-
-
-def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.ndarray, n_rows: int, n_cols: int,
-                kind: int | str, use_degree: bool, check_sym: bool, max_rounds: int) -> tuple:
-    t0 = time.perf_counter()
-    # Local kernels run on the host (numba); a device block is brought over once.
-    A = sp.csr_matrix(to_host(block))
-    A.indices = A.indices.astype(np.int64, copy=False)
-    A.indptr = A.indptr.astype(np.int64, copy=False)
-    rlo = int(row_offsets[comm.rank])
-    if check_sym:
-        _check_symmetric(comm, A, rlo, row_offsets, n_cols)
-
-    if kind == "partial2":
-        lo, hi = int(col_offsets[comm.rank]), int(col_offsets[comm.rank + 1])
-        s = _setup_partial2(comm, A, rlo, row_offsets, lo, hi, n_rows, n_cols)
-    else:
-        lo, hi = rlo, int(row_offsets[comm.rank + 1])
-        s = _setup_graph(comm, A, lo, hi, row_offsets, n_cols, kind)
-    n_loc = hi - lo
-    H = s["H"]
-    send_idx, recv_rng, deg_h = _subscribe(comm, H, col_offsets, lo, s["deg"])
-    n_v = n_loc + len(H)
-    gid = np.concatenate([np.arange(lo, hi, dtype=np.int64), H])
-    deg = np.concatenate([s["deg"], deg_h]).astype(np.int64)
-    hsh = priority_hash(gid)
-    depth = 1 if kind == 1 else 2
-    mids_are_vertices = kind == 2
-    ip1, ix1, ip2, ix2 = s["ip1"], s["ix1"], s["ip2"], s["ix2"]
-
-    # largest degree first for few colors; ties in id order keep meshes near their natural 2-coloring
-    order = np.lexsort((gid[:n_loc], -deg[:n_loc])).astype(np.int64)
-    pos = np.empty(n_loc, dtype=np.int64)
-    pos[order] = np.arange(n_loc)
-    boundary = np.flatnonzero(_has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices)).astype(np.int64)
-    t_setup = time.perf_counter() - t0
-
-    colors = np.full(n_v, -1, dtype=np.int64)
-    # Degree classes, largest first: one class enters per round, so hubs are
-    # colored (and their conflicts settled) before the many low-degree vertices
-    # -- close to sequential largest-first quality.  A vertex colored in round k
-    # saw every color fixed before round k, so conflicts only pair vertices that
-    # both changed in round k: each rank checks just its own changed vertices.
-    cls = _degree_class(deg[:n_loc])
-    n_cls = int(comm.allreduce(int(cls.max()) + 1 if n_loc else 0, op="max"))
-    present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
-    batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
-    on_boundary = np.zeros(n_loc, dtype=bool)
-    on_boundary[boundary] = True
-    loser = np.zeros(n_loc, dtype=bool)
-    redo = np.zeros(0, dtype=np.int64)
-    conflicts: list[int] = []
-    k = 0
-    while True:
-        todo = np.concatenate([redo, batches[k]]) if k < len(batches) else redo
-        _first_fit(todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
-        n_changed = _exchange_colors(comm, colors, todo, send_idx, recv_rng, n_loc, len(redo))
-        if k > 0:
-            conflicts.append(n_changed[1])
-        k += 1
-        if n_changed[0] == 0 and k >= len(batches):
-            break
-        if k > max_rounds:
-            raise RuntimeError(f"coloring did not converge in max_rounds={max_rounds} rounds "
-                               f"(conflicts per round: {conflicts[-5:]})")
-        cand = todo[on_boundary[todo]]
-        _find_losers(cand, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid,
-                     use_degree, loser)
-        lost = cand[loser[cand]]
-        loser[cand] = False
-        colors[lost] = -1
-        redo = lost[np.argsort(pos[lost])].astype(np.int64)
-    t_total = time.perf_counter() - t0
-    from distributed import get_worker
-
-    info = {"worker": get_worker().address, "rounds": k, "conflicts": conflicts,
-            "bytes_sent": int(comm.stats["bytes_sent"]),
-            "nnz": int(A.nnz), "setup_seconds": t_setup, "color_seconds": t_total - t_setup}
-    return colors[:n_loc].copy(), info
-
-
-def _degree_class(deg: np.ndarray) -> np.ndarray:
-    """Octave of each degree: 0 for degree 0-1, then floor(log2(deg))."""
-    return np.floor(np.log2(np.maximum(deg, 1))).astype(np.int64)
-
-
-def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_idx: dict, recv_rng: dict,
-                     n_loc: int, n_lost: int) -> tuple[int, int]:
-    """Send the changed colors each subscriber needs and apply what arrived, in one
-    all-to-all that also carries every rank's counts, so the round needs no
-    separate allreduce.  Returns the global (changed, lost) counts."""
-    mark = np.zeros(n_loc, dtype=bool)
-    mark[changed] = True
-    parts = []
-    for q in range(comm.size):
-        idx = send_idx.get(q)
-        if idx is None:
-            parts.append((len(changed), n_lost))
-            continue
-        p = np.flatnonzero(mark[idx]).astype(np.int32)
-        parts.append((len(changed), n_lost, p, colors[idx[p]].astype(np.int32)))
-    got = comm.alltoall(parts)
-    for q, msg in enumerate(got):
-        if q in recv_rng and len(msg) > 2:
-            colors[n_loc + recv_rng[q][0] + msg[2].astype(np.int64)] = msg[3]
-    return sum(int(m[0]) for m in got), sum(int(m[1]) for m in got)
-
-
-def _subscribe(comm: Any, H: np.ndarray, offsets: np.ndarray, lo: int, deg_own: np.ndarray) -> tuple:
-    """Tell each owner which of its vertices this rank holds as ghosts; get their degrees back.
-
-    ``H`` is sorted, so each owner's share is one contiguous range of it.
-    Returns (send lists by rank as owned-local indices, recv ranges into H by rank, degrees of H).
-    """
-    P = comm.size
-    cuts = np.searchsorted(owner_of(H, offsets), np.arange(P + 1)) if len(H) else np.zeros(P + 1, dtype=np.int64)
-    got = comm.alltoallv([H[cuts[q]:cuts[q + 1]] for q in range(P)])
-    send_idx = {q: (g - lo).astype(np.int64) for q, g in enumerate(got) if len(g) and q != comm.rank}
-    degs = comm.alltoallv([deg_own[g - lo].astype(np.int64) for g in got])
-    recv_rng = {q: (int(cuts[q]), int(cuts[q + 1])) for q in range(P) if cuts[q + 1] > cuts[q]}
-    deg_h = np.concatenate(degs) if degs else np.zeros(0, dtype=np.int64)
-    return send_idx, recv_rng, deg_h
-
-
-def _fetch_rows(comm: Any, need: np.ndarray, offsets: np.ndarray, A: sp.csr_matrix, lo: int) -> tuple:
-    """Full rows ``need`` (sorted global ids) from their owners: (indptr, global column ids)."""
-    P = comm.size
-    cuts = np.searchsorted(owner_of(need, offsets), np.arange(P + 1)) if len(need) else np.zeros(P + 1, np.int64)
-    got = comm.alltoallv([need[cuts[q]:cuts[q + 1]] for q in range(P)])
-    replies = []
-    for ids in got:
-        sub = A[ids - lo] if len(ids) else A[:0]
-        replies.append((np.diff(sub.indptr).astype(np.int64), sub.indices.astype(np.int64)))
-    back = comm.alltoallv(replies)
-    lens = np.concatenate([b[0] for b in back])
-    indptr = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=indptr[1:])
-    return indptr, np.concatenate([b[1] for b in back])
-
-
-def _unique_outside(ids: np.ndarray, n: int, lo: int, hi: int, extra: np.ndarray | None = None) -> np.ndarray:
-    """Sorted unique ids (plus ``extra``) not in the owned range [lo, hi)."""
-    mark = np.zeros(n, dtype=bool)
-    mark[ids] = True
-    if extra is not None:
-        mark[extra] = True
-    mark[lo:hi] = False
-    return np.flatnonzero(mark).astype(np.int64)
-
-
-def _local_ids(n: int, lo: int, hi: int, H: np.ndarray) -> np.ndarray:
-    """Global id -> local vertex index (owned first, then ghosts in H order); -1 elsewhere."""
-    lut = np.full(n, -1, dtype=np.int64)
-    lut[lo:hi] = np.arange(hi - lo)
-    lut[H] = np.arange(hi - lo, hi - lo + len(H))
-    return lut
-
-
-def _setup_graph(comm: Any, A: sp.csr_matrix, lo: int, hi: int, offsets: np.ndarray, n: int,
-                 kind: int) -> dict:
-    n_loc = hi - lo
-    deg = np.diff(A.indptr)
-    G1 = _unique_outside(A.indices, n, lo, hi)
-    if kind == 1:
-        lut = _local_ids(n, lo, hi, G1)
-        ix = lut[A.indices]
-        return {"H": G1, "deg": deg, "ip1": A.indptr, "ix1": ix, "ip2": A.indptr, "ix2": ix}
-    # distance 2: the second ghost layer is the first layer's full adjacency
-    g_ptr, g_idx = _fetch_rows(comm, G1, offsets, A, lo)
-    H = _unique_outside(g_idx, n, lo, hi, extra=G1)
-    lut = _local_ids(n, lo, hi, H)
-    row_len = np.zeros(n_loc + len(H), dtype=np.int64)
-    row_len[:n_loc] = deg
-    row_len[n_loc + np.searchsorted(H, G1)] = np.diff(g_ptr)
-    ip = np.zeros(len(row_len) + 1, dtype=np.int64)
-    np.cumsum(row_len, out=ip[1:])
-    # G1 rows sit at increasing positions of H, so their concatenation is already in row order
-    ix = lut[np.concatenate([A.indices, g_idx])]
-    return {"H": H, "deg": deg, "ip1": ip, "ix1": ix, "ip2": ip, "ix2": ix}
-
-
-def _setup_partial2(comm: Any, A: sp.csr_matrix, rlo: int, row_offsets: np.ndarray, lo: int, hi: int,
-                    m: int, n: int) -> dict:
-    # transpose on the workers: each nonzero (row, col) goes to the owner of its column
-    rows = np.repeat(np.arange(rlo, rlo + A.shape[0], dtype=np.int64), np.diff(A.indptr))
-    cols = A.indices
-    col_offsets = block_offsets(n, comm.size)  # the same split color() passes for the result
-    own = owner_of(cols, col_offsets)
-    order = np.argsort(own, kind="stable")
-    rows, cols, own = rows[order], cols[order], own[order]
-    cuts = np.searchsorted(own, np.arange(comm.size + 1))
-    got = comm.alltoallv([np.stack([cols[cuts[q]:cuts[q + 1]], rows[cuts[q]:cuts[q + 1]]])
-                          for q in range(comm.size)])
-    e = np.concatenate(got, axis=1)
-    n_loc = hi - lo
-    T = sp.csr_matrix((np.ones(e.shape[1], dtype=np.int8), (e[0] - lo, e[1])), shape=(n_loc, m))
-    T.sum_duplicates()
-    deg = np.diff(T.indptr).astype(np.int64)
-    mark = np.zeros(m, dtype=bool)
-    mark[T.indices] = True
-    mids = np.flatnonzero(mark).astype(np.int64)       # rows touching my columns
-    r_ptr, r_idx = _fetch_rows(comm, mids, row_offsets, A, rlo)
-    H = _unique_outside(r_idx, n, lo, hi)
-    lut = _local_ids(n, lo, hi, H)
-    ix1 = np.searchsorted(mids, T.indices.astype(np.int64)).astype(np.int64)
-    return {"H": H, "deg": deg, "ip1": T.indptr.astype(np.int64), "ix1": ix1, "ip2": r_ptr, "ix2": lut[r_idx]}
-
-
-def _check_symmetric(comm: Any, A: sp.csr_matrix, lo: int, offsets: np.ndarray, n: int) -> None:
-    """Every edge (u, v) must have its reverse: send (v, u) to v's owner, which looks it up."""
-    u = np.repeat(np.arange(lo, lo + A.shape[0], dtype=np.int64), np.diff(A.indptr))
-    v = A.indices
-    own = owner_of(v, offsets)
-    order = np.argsort(own, kind="stable")
-    u, v, own = u[order], v[order], own[order]
-    cuts = np.searchsorted(own, np.arange(comm.size + 1))
-    got = comm.alltoallv([np.stack([v[cuts[q]:cuts[q + 1]], u[cuts[q]:cuts[q + 1]]]) for q in range(comm.size)])
-    e = np.concatenate(got, axis=1)
-    mine = np.sort(np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) * n + A.indices)
-    key = (e[0] - lo) * n + e[1]
-    ok = len(key) == len(mine)
-    if ok and len(key):
-        at = np.minimum(np.searchsorted(mine, key), len(mine) - 1)
-        ok = bool((mine[at] == key).all())
-    if not comm.allreduce(bool(ok), op="and"):
-        raise ValueError("graph must have a symmetric pattern for distance 1 or 2 "
-                         "(checked on the workers: some edge (u, v) has no (v, u))")
-
-
-# --------------------------------------------------------------------------
-# Worker-local kernels (numba; a device path would mirror these signatures)
-# --------------------------------------------------------------------------
-#
-# Vertex space of a rank: owned vertices 0..n_loc-1, then its ghosts.  A
-# vertex u reaches its constraint set through "mids" ix1[ip1[u]:ip1[u+1]]:
-# depth 1 -> the mids themselves (distance-1 neighbours); depth 2 -> also the
-# mids' adjacency ix2[ip2[m]:ip2[m+1]] (for distance 2 the mids are vertices
-# and constrain too; for partial distance 2 they are matrix rows and do not).
-
-
-@numba.njit(cache=True)
-def _first_fit(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors):  # pragma: no cover - numba
-    forbid = np.zeros(len(colors) + 1, dtype=np.int64)
-    for t in range(len(order)):
-        u = order[t]
-        stamp = t + 1
-        for p in range(ip1[u], ip1[u + 1]):
-            m = ix1[p]
-            if depth == 1 or mids_are_vertices:
-                if m != u:
-                    c = colors[m]
-                    if c >= 0:
-                        forbid[c] = stamp
-            if depth == 2:
-                for q in range(ip2[m], ip2[m + 1]):
-                    w = ix2[q]
-                    if w != u:
-                        c = colors[w]
-                        if c >= 0:
-                            forbid[c] = stamp
-        c = 0
-        while forbid[c] == stamp:
-            c += 1
-        colors[u] = c
-
-
-@numba.njit(cache=True, inline="always")
-def _loses(u, w, deg, hsh, gid, use_degree):  # pragma: no cover - numba
-    if use_degree and deg[u] != deg[w]:
-        return deg[u] < deg[w]
-    if hsh[u] != hsh[w]:
-        return hsh[u] < hsh[w]
-    return gid[u] < gid[w]
-
-
-@numba.njit(cache=True)
-def _find_losers(cand, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid, use_degree,
-                 out):  # pragma: no cover - numba
-    for t in range(len(cand)):
-        u = cand[t]
-        cu = colors[u]
-        if cu < 0:
-            continue
-        lost = False
-        for p in range(ip1[u], ip1[u + 1]):
-            m = ix1[p]
-            if depth == 1 or mids_are_vertices:
-                if m >= n_loc and colors[m] == cu and _loses(u, m, deg, hsh, gid, use_degree):
-                    lost = True
-                    break
-            if depth == 2:
-                for q in range(ip2[m], ip2[m + 1]):
-                    w = ix2[q]
-                    if w >= n_loc and colors[w] == cu and _loses(u, w, deg, hsh, gid, use_degree):
-                        lost = True
-                        break
-                if lost:
-                    break
-        out[u] = lost
-
-
-@numba.njit(cache=True)
-def _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices):  # pragma: no cover - numba
-    out = np.zeros(n_loc, dtype=np.bool_)
-    for u in range(n_loc):
-        for p in range(ip1[u], ip1[u + 1]):
-            m = ix1[p]
-            if (depth == 1 or mids_are_vertices) and m >= n_loc:
-                out[u] = True
-                break
-            if depth == 2:
-                for q in range(ip2[m], ip2[m + 1]):
-                    if ix2[q] >= n_loc:
-                        out[u] = True
-                        break
-                if out[u]:
-                    break
-    return out

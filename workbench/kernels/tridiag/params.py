@@ -1,0 +1,45 @@
+"""The tridiagonal solver's constants: block sizes, the fused pass's tile, window and halos, tolerances.
+
+Shared by the client side (``__init__``), the SPMD rank bodies (``ranks``) and the local kernels
+(``cpu``, ``cuda``), which import them from here so the package has no import cycle."""
+
+from __future__ import annotations
+
+#: Sixth-order compact first derivative (Lele 1992): alpha, a, b.
+COMPACT6 = (1.0 / 3.0, 14.0 / 9.0, 1.0 / 9.0)
+
+#: Rows per sub-block the grid aims for: one system's sub-blocks are swept
+#: interleaved (ILP), so long ones keep the reduced system small and the
+#: sweeps' streams long (a single 2^24 system: 0.36 s at 512 rows, 0.26-0.28 s
+#: at 8192, 2 workers here); a few systems (2-7) keep 512 so a sub-block's
+#: tile stays in L2; a batch's sub-blocks are swept over wide tiles of
+#: systems, so short ones keep a tile (sub-block x systems x four inputs) in
+#: cache between the two sweeps.
+_BLOCK_ROWS_SINGLE = 8192
+_BLOCK_ROWS = 512
+_BLOCK_ROWS_BATCH = 64
+#: Systems per tile of a batch sweep: wide rows stream (prefetch, few TLB misses).
+_TILE_SYSTEMS = 1024
+#: Fused single pass (batches, one right-hand side): systems per tile, rows per back-substitution
+#: window, and the halo: rows below a window (and rows at a block's edges) over which the
+#: neighbours' influence must decay below rounding (checked; otherwise the two-pass path runs).
+#: The halo is sized per solve from the decay measured on the line's first rows: 32 rows for the
+#: benchmark's random systems, 48 for the sixth-order compact scheme (alpha = 1/3: |c'| -> 0.38);
+#: each 16 rows more cost ~10% here.
+_FUSED_TILE = 2048
+_FUSED_WINDOW = 64
+_FUSED_HALOS = (32, 40, 48, 56, 64)
+#: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
+_PROBE_ROWS = (16, 80)
+_PROBE_MARGIN = 1e-3
+#: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers).
+_FUSED_BLOCKS = 12
+#: Truncate the reduced system when every dropped coupling is below this.
+_TRUNC_TOL = 2.0 ** -53
+#: Scale for the finiteness accumulator: large finite entries must not overflow it (the numba kernels
+#: read it as a compile-time constant).
+_CHK_SCALE = 2.0 ** -80
+_REDUCED = ("auto", "exact", "truncated")
+_ENGINES = ("auto", "numba", "array")
+#: The halo placeholder that asks the ranks to probe the matrix (the client caches the verdict).
+_PROBE = "probe"
