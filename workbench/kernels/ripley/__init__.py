@@ -64,7 +64,7 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks
+from ...partition import RowBlocks, as_row_blocks, resilient
 from .cpu import MAX_WEIGHT
 from .ranks import _ripley_rank, tile_bounds
 
@@ -124,6 +124,7 @@ def csr_k(r: Any, t: Any = None) -> np.ndarray:
     return 2 * np.pi * r[:, None] ** 2 * np.asarray(t, dtype=np.float64)[None, :]
 
 
+@resilient
 def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequence[float],
              edge_correction: str = "isotropic", times: Any = None, time_radii: Any = None,
              time_window: Sequence[float] | None = None, n_simulations: int = 0, seed: int | None = None,
