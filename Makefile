@@ -1,5 +1,5 @@
 # workbench: two commands on a fresh machine
-#   make figures   # set up the environment if needed, regenerate every figure (PROFILE=ci|laptop|gpu)
+#   make figures   # set up the environment if needed, regenerate every figure (PROFILE=ci|laptop|large|gpu)
 #   make test      # lint + the test suite (executes the notebooks with the ci profile)
 #   make test-fast # the same without the tests marked slow; make test-gpu on a machine with a GPU
 

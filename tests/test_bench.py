@@ -52,3 +52,39 @@ def test_script_main_runs_a_benchmark_on_its_own_cluster(capsys):
     assert rows[0]["name"] == "ci on 1"
     out = capsys.readouterr().out
     assert "ci on 1" in out and "speedup" in out
+
+
+def test_peer_too_big_for_memory_is_skipped_with_its_estimate():
+    calls = []
+    rows = bench.compare(("ours", lambda: None),
+                         [("fits", lambda: calls.append("fits"), 1 << 20),
+                          ("O(n^2)", lambda: calls.append("big"), 80 * 2**30)],
+                         warmup=0, repeat=1, memory_limit_bytes=2**30, n=100_000)
+    assert calls == ["fits"]                      # the big peer was never called
+    big = rows[2]
+    assert big["name"] == "O(n^2)" and big["repeats"] == 0 and big["n"] == 100_000
+    assert big["skipped"] == "skipped: would need 80.0 GiB (limit 1.0 GiB)" and big["need_gib"] == 80.0
+    assert big["median_s"] != big["median_s"]     # NaN: no time for a peer that did not run
+    assert "skipped" not in rows[1]
+
+
+def test_peer_memory_limit_follows_the_environment(monkeypatch):
+    monkeypatch.setenv(bench.ENV_PEER_MEMORY, "0.5")
+    assert bench.peer_memory_limit() <= 2**29
+    assert bench.memory_guard("p", 2**30).startswith("skipped: would need 1.0 GiB")
+    assert bench.memory_guard("p", 2**20) is None
+
+
+def test_timed_dask_call_that_runs_no_task_is_refused(client):
+    import dask.array as da
+    from dask.graph_manipulation import clone
+
+    x = client.persist(da.ones(1000, chunks=250))
+    same = lambda: client.persist(x + 1)                          # noqa: E731 - same graph, same keys
+    with pytest.raises(bench.StaleDaskResult, match="ran no task"):
+        bench.measure(same, warmup=1, repeat=2)
+    with pytest.warns(RuntimeWarning, match="fresh keys"):
+        bench.measure(same, warmup=1, repeat=1, on_stale="warn")
+    fresh = lambda: client.persist(clone(x + 1, omit=x))          # noqa: E731
+    t = bench.measure(fresh, warmup=1, repeat=2, keep_value=True)
+    assert float(t.value.sum().compute()) == 2000.0

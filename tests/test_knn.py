@@ -13,7 +13,7 @@ import pytest
 from scipy.spatial.distance import cdist
 
 import workbench as wb
-from workbench.kernels.knn import KNNGraph, gaussian_mixture, recall
+from workbench.kernels.knn import KNNGraph, brute_force_knn, gaussian_mixture, recall, validate_knn
 
 K = 6
 _results: dict = {}
@@ -304,7 +304,56 @@ def _check_twins_in_simulator() -> None:
     same(a[0], b[0])
     same(a[1], b[1])
     assert (a[0] != ind).any()
+    _check_join_twin(rng)
     print("simulator checks passed")
+
+
+def _check_join_twin(rng) -> None:
+    """The NN-descent join's device formulation: every row of ``order`` ends with the k
+    nearest (by distance, then id) of its list and its neighbours' neighbours as the
+    lists were before the join; a single row gets what the CPU twin gives it."""
+    from workbench.kernels.knn import cpu
+    from workbench.kernels.knn.ranks import _local_join_device
+
+    n, k, off = 30, 4, 100
+    X = rng.standard_normal((n, 3)).astype(np.float32)
+    Xc = (X - X.mean(axis=0)).astype(np.float32)
+    X64 = X.astype(np.float64)
+    D = ((X64[:, None, :] - X64[None, :, :]) ** 2).sum(axis=2)
+    near = np.argsort(D, axis=1, kind="stable")[:, 3:3 + k]         # lists missing each row's 2 nearest
+    ind0 = (near + off).astype(np.int64)
+    d20 = np.take_along_axis(D, near, axis=1)
+    ind0[:3, k - 1] = 5                                             # a neighbour on another rank: not expanded
+    ind0[3:5, 2:], d20[3:5, 2:] = -1, np.inf                        # short lists
+    order = rng.permutation(n)[:20].astype(np.int64)
+
+    def reference(rows):
+        ind, d2 = ind0.copy(), d20.copy()
+        for i in rows:
+            cands = {int(g) for g in ind0[i]}
+            for j in ind0[i]:
+                if off <= j < off + n:
+                    cands |= {int(g) for g in ind0[j - off] if off <= g < off + n and g != i + off}
+            cands.discard(-1)
+            dist = {g: (d20[i][list(ind0[i]).index(g)] if g in ind0[i] else D[i, g - off]) for g in cands}
+            best = sorted(dist.items(), key=lambda e: (e[1], e[0]))[:k]
+            ind[i, :len(best)], d2[i, :len(best)] = [g for g, _ in best], [v for _, v in best]
+        return ind, d2
+
+    ind, d2 = ind0.copy(), d20.copy()
+    evals = _local_join_device(X, Xc, ind, d2, off, order)
+    ri, rd = reference(order)
+    np.testing.assert_array_equal(ind, ri)
+    np.testing.assert_allclose(d2, rd, rtol=1e-12)
+    assert evals > 0 and (d2[order, k - 1] < d20[order, k - 1]).any()
+    untouched = np.setdiff1d(np.arange(n), order)
+    np.testing.assert_array_equal(ind[untouched], ind0[untouched])
+    for i in (int(order[0]), 3):                                    # one row: the CPU twin's answer
+        a, b = (ind0.copy(), d20.copy()), (ind0.copy(), d20.copy())
+        cpu._local_join(X, Xc, *a, off, np.array([i], np.int64))
+        _local_join_device(X, Xc, *b, off, np.array([i], np.int64))
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
 
 
 def test_device_twins_match_cpu_twins_in_simulator():
@@ -326,3 +375,35 @@ def test_knn_on_simulated_device_workers(clients, n_workers):
         np.testing.assert_allclose(g.distances, ref.distances, rtol=1e-10)
     ap = wb.knn_graph(X, 4, client=client, n_cells=4, n_probe=2, reference=ref)
     assert ap.stats["backend"] == "gpu-sim" and ap.stats["recall"] >= 0.9
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_approximate_on_simulated_device_workers(clients, n_workers):
+    # the approximate mode's device path.  Without the joins every step is deterministic and each device
+    # twin keeps its CPU twin's order, so the graph is the CPU path's (distances to an ulp: the CPU sums
+    # reorder); the joins are a parallel formulation of their own and must reach the CPU path's recall
+    sim, cpu = clients(n_workers, backend="gpu-sim"), clients(n_workers)
+    cases = [(gaussian_mixture(150, 4, 5, seed=7), "euclidean", False),
+             (np.random.default_rng(4).random((160, 3), dtype=np.float32), "euclidean", True),   # uniform: joins run
+             (gaussian_mixture(120, 5, 4, seed=3, dtype=np.float64) + 20.0, "cosine", False)]
+    for X, metric, joins in cases:
+        exact, _ = brute_force_knn(X, 5, metric)
+        kw = dict(n_cells=6, n_probe=2, metric=metric, reference=exact)
+        a = wb.knn_graph(X, 5, client=sim, local_join=0, **kw)
+        b = wb.knn_graph(X, 5, client=cpu, local_join=0, **kw)
+        assert a.stats["backend"] == "gpu-sim" and b.stats["backend"] == "cpu"
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_allclose(a.distances, b.distances, rtol=1e-10, atol=1e-15)
+        assert a.stats["distance_evaluations"] == b.stats["distance_evaluations"]
+        g = wb.knn_graph(X, 5, client=sim, **kw)
+        c = wb.knn_graph(X, 5, client=cpu, **kw)
+        assert g.stats["backend"] == "gpu-sim"
+        assert g.stats["recall"] >= 0.9 and c.stats["recall"] >= 0.9, (g.stats["recall"], c.stats["recall"])
+        assert g.stats["recall"] >= c.stats["recall"] - 0.02
+        res = validate_knn(X, g, sample=len(X), exact=False)
+        assert res["valid"], res
+        if n_workers == 1:      # no merge tree: the joins only ever improve a list
+            assert (g.distances <= a.distances).all()
+        if joins:
+            assert n_workers > 1 or (g.distances < a.distances).any()
+            assert g.stats["distance_evaluations"] > a.stats["distance_evaluations"]

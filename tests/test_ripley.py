@@ -7,6 +7,11 @@ lines, then which arcs lie inside), not from spatstat's closed form.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -54,7 +59,9 @@ def _oracle(pts, r, win, corr, times=None, tr=None, twin=None):
             e = np.minimum(1 / np.maximum(_circle_fraction_inside(np.full_like(d, pts[i, 0]),
                                                                   np.full_like(d, pts[i, 1]), d, win), 1e-300), 100)
         elif corr == "translation":
-            e = np.minimum(area / ((win[1] - win[0] - np.abs(dx)) * (win[3] - win[2] - np.abs(dy))), 100)
+            # a pair a whole window width (or height) apart has no overlap: weight infinite, capped at 100
+            den = (win[1] - win[0] - np.abs(dx)) * (win[3] - win[2] - np.abs(dy))
+            e = np.minimum(np.divide(area, den, out=np.full_like(den, np.inf), where=den > 0), 100)
         else:
             e = np.ones_like(d)
         if times is None:
@@ -72,8 +79,8 @@ def _oracle(pts, r, win, corr, times=None, tr=None, twin=None):
                 for c, tc in enumerate(tr):
                     sel = (d <= ra) & (dt <= tc)
                     out[a, c] += (e * v)[sel].sum()
-    if corr == "border":
-        return area * num / (n * count_r)
+    if corr == "border":  # NaN at radii no point is that far from the boundary (n_r = 0)
+        return np.divide(area * num, n * count_r, out=np.full(len(r), np.nan), where=count_r > 0)
     if times is None:
         return area / (n * (n - 1)) * out[:, 0]
     return area * (twin[1] - twin[0]) / (n * (n - 1)) * out
@@ -109,6 +116,7 @@ def test_spatial_matches_brute_force(clients, n_workers):
         np.testing.assert_allclose(res.k, ref, rtol=1e-10, atol=1e-14, err_msg=corr)
         np.testing.assert_allclose(res.l, np.sqrt(ref / np.pi), rtol=1e-10, atol=1e-14)
         assert res.r.shape == res.k.shape == (len(RADII),)
+        assert res.stats["backend"] == "cpu"
     # every worker owned points and, with several tiles, exchanged halos
     assert all(c > 0 for c in res.stats["points_per_worker"])
     assert sum(res.stats["points_per_worker"]) == len(pts)
@@ -250,3 +258,130 @@ def test_bad_distributed_input(clients):
     P = wb.distribute(np.array([[0.1, 0.1], [0.5, 0.5], [0.9, 1.2], [0.3, 0.3]]), client=client)
     with pytest.raises(ValueError, match="outside the window"):
         wb.ripley_k(P, [0.1], window=(0, 1, 0, 1), client=client)
+
+
+# Run in a fresh process: the simulator is chosen when numba.cuda is first imported.
+_TWINS_UNDER_SIMULATOR = """
+import numba
+import numpy as np
+assert numba.config.ENABLE_CUDASIM
+from workbench.kernels.ripley import _validate, cpu, cuda as dev, ranks
+
+WIN, TWIN = (-1.0, 2.0, 0.5, 1.5), (10.0, 30.0)
+rng = np.random.default_rng(4)
+n = 80
+pts = np.column_stack([rng.uniform(WIN[0], WIN[1], n), rng.uniform(WIN[2], WIN[3], n)])
+pts[:5] = [[WIN[0], 1.0], [WIN[1], 0.7], [0.3, WIN[2]], [0.5, 1.0], [0.5, 1.0]]  # on edges, a duplicate
+rows = np.column_stack([pts, rng.uniform(*TWIN, n), np.arange(n, dtype=float)])
+owned, halo = rows[pts[:, 0] < 0.4], rows[(pts[:, 0] >= 0.4) & (pts[:, 0] < 0.9)]  # a tile and its halo
+R = np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.45])
+checked = 0
+for corr in ("none", "translation", "isotropic", "border"):
+    for st in (False, True) if corr != "border" else (False,):
+        for index in (True, False):
+            cfg = _validate(pts, R, WIN, corr, rows[:, 2] if st else None, [0.0, 1.0, 4.0] if st else None,
+                            TWIN if st else None, 0, None, True, index, True)
+            sw = ranks._Sweep(owned, halo, (WIN[0], 0.4, WIN[2], WIN[3]), cfg)
+            ot, ht = (owned[sw.oo, 2].copy(), halo[sw.ho, 2].copy()) if st else (np.zeros(1), np.zeros(1))
+            tr, twin = (sw.tr, sw.twin) if st else (np.array([np.inf]), np.array([0.0, 1.0]))
+            args = (sw.ox, sw.oy, ot, sw.lim, sw.ostart, sw.opos, sw.oang, sw.hx, sw.hy, ht, sw.hstart, sw.hpos,
+                    sw.hang, sw.reach, sw.ywin, sw.r2, sw.lut, sw.scale, tr, sw.mode, st, sw.win, twin)
+            grids = [(2, 32), (1, 1), (3, 7)] if corr == "isotropic" and index else [(2, 32)]
+            for grid in [None, *grids]:
+                run = cpu._sweep if grid is None else dev._sweep[grid]
+                hist, c0, c1 = np.zeros((len(R) + 1, len(tr) + 1)), np.zeros(2, np.int64), np.zeros(2, np.int64)
+                none = (np.zeros(1, np.int64),) * 3 + (np.zeros(1),) * 2
+                run(*args, hist, 0, *none, c0)
+                run(*args, hist.copy(), 1, *none, c1)
+                m = int(c1[1])
+                rec = (np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m), np.zeros(m))
+                c2 = np.zeros(2, np.int64)
+                run(*args, hist.copy(), 2, *rec, c2)
+                order = np.lexsort((rec[1], rec[0]))
+                got = (hist, c0, c1, c2, [a[order] for a in rec])
+                if grid is None:
+                    want = got
+                    assert c0[0] > 20 and m > 10, "the case finds no pairs"
+                    continue
+                ctx = str((corr, st, index, grid))
+                np.testing.assert_allclose(hist, want[0], rtol=1e-10, atol=1e-12 * np.abs(want[0]).max(), err_msg=ctx)
+                for q in (1, 2, 3):  # pair counts, and records at slots 0 .. m - 1
+                    np.testing.assert_array_equal(got[q], want[q], err_msg=ctx)
+                for q in range(3):  # the same pairs (i, j) with the same radius bins
+                    np.testing.assert_array_equal(got[4][q], want[4][q], err_msg=ctx)
+                for q in (3, 4):  # both directions' edge weights
+                    np.testing.assert_allclose(got[4][q], want[4][q], rtol=1e-12, err_msg=ctx)
+                if st:  # the cached pairs' space-time histogram under other time labels
+                    t = rng.permutation(np.concatenate([owned[:, 2], halo[:, 2]]))
+                    cache = ranks._pair_cache(sw, len(owned))
+                    h_cpu, h_dev = np.zeros_like(hist), np.zeros_like(hist)
+                    cpu._hist_from_cache(*cache, t, tr, twin, h_cpu)
+                    dev._hist_from_cache[grid](*cache, t, tr, twin, h_dev)
+                    np.testing.assert_allclose(h_dev, h_cpu, rtol=1e-10, atol=1e-12 * np.abs(h_cpu).max(), err_msg=ctx)
+                    assert h_cpu.any(), ctx
+                checked += 1
+print("checked", checked)
+"""
+
+
+def test_cuda_twins_match_cpu_twins_under_simulator():
+    """Each numba.cuda twin, launched under numba's CUDA simulator on several grids, gives its CPU twin's
+    histogram (1e-10), pair counts and recorded pairs (exact), for every edge correction, spatial and
+    space-time, with and without the spatial index."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(Path(wb.__file__).parent.parent))
+    out = subprocess.run([sys.executable, "-c", _TWINS_UNDER_SIMULATOR], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "checked 18" in out.stdout, out.stdout
+
+
+# The device path under numba's CUDA simulator: 70 points, so no launch covers more than ~1e3 items.
+PTS_SIM, TIMES_SIM = _pattern(70, seed=5)
+
+
+def _same_as(res, ref, what):
+    """gpu-sim result equal to the CPU path's: K to 1e-10, the pair count exactly, and the backends named."""
+    assert res.stats["backend"] == "gpu-sim" and ref.stats["backend"] == "cpu", what
+    np.testing.assert_allclose(res.k, ref.k, rtol=1e-10, atol=0, err_msg=what)
+    assert res.stats["pairs_counted"] == ref.stats["pairs_counted"], what
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_gpu_sim_matches_brute_force_and_cpu_path(clients, n_workers):
+    cpu, client = clients(n_workers), clients(n_workers, backend="gpu-sim")
+    P = wb.distribute(PTS_SIM, client=client)
+    for corr in ("none", "translation", "isotropic", "border"):
+        res = wb.ripley_k(P, RADII, window=WIN, edge_correction=corr, client=client)
+        np.testing.assert_allclose(res.k, _oracle(PTS_SIM, RADII, WIN, corr), rtol=1e-10, atol=1e-14, err_msg=corr)
+        _same_as(res, wb.ripley_k(PTS_SIM, RADII, window=WIN, edge_correction=corr, client=cpu), corr)
+    if n_workers > 1:
+        assert res.stats["halo_points"] > 0
+    tr = np.array([0.0, 1.0, 4.0, 9.0])
+    for corr in ("none", "translation", "isotropic"):
+        kw = {"window": WIN, "edge_correction": corr, "times": TIMES_SIM, "time_radii": tr, "time_window": TWIN}
+        res = wb.ripley_k(PTS_SIM, RADII[:5], client=client, **kw)
+        np.testing.assert_allclose(res.k, _oracle(PTS_SIM, RADII[:5], WIN, corr, TIMES_SIM, tr, TWIN), rtol=1e-10,
+                                   atol=1e-14, err_msg=corr)
+        _same_as(res, wb.ripley_k(PTS_SIM, RADII[:5], client=cpu, **kw), corr)
+
+
+def test_gpu_sim_envelopes_and_ablations_equal_cpu_path(clients):
+    cpu, client = clients(2), clients(2, backend="gpu-sim")
+    tr = np.array([1.0, 5.0])
+    cases = {
+        "csr envelopes": {"n_simulations": 3, "seed": 2},
+        "space-time envelopes": {"times": TIMES_SIM, "time_radii": tr, "time_window": TWIN, "n_simulations": 3,
+                                 "seed": 11},
+        "uncached space-time envelopes": {"times": TIMES_SIM, "time_radii": tr, "time_window": TWIN,
+                                          "n_simulations": 2, "seed": 11, "cache_weights": False},
+        "no partitioning": {"partitioning": False},
+        "no spatial index": {"spatial_index": False, "edge_correction": "translation"},
+    }
+    for what, kw in cases.items():
+        res = wb.ripley_k(PTS_SIM, RADII[:5], window=WIN, client=client, **kw)
+        ref = wb.ripley_k(PTS_SIM, RADII[:5], window=WIN, client=cpu, **kw)
+        _same_as(res, ref, what)
+        if "n_simulations" in kw:
+            np.testing.assert_allclose(res.lower, ref.lower, rtol=1e-10, atol=0, err_msg=what)
+            np.testing.assert_allclose(res.upper, ref.upper, rtol=1e-10, atol=0, err_msg=what)
+            assert np.any(res.upper > res.lower), what

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -26,12 +27,65 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from .experiment import ExperimentError, ExperimentFailed, run_many
+def _last_seconds(results: Path, name: str, profile: str) -> float | None:
+    """Wall seconds of the newest complete (not build-only) run of ``name`` at ``profile``, if any."""
+    exp = results / name
+    if not exp.is_dir():
+        return None
+    for d in sorted((p for p in exp.iterdir() if p.name[:1].isdigit()), reverse=True):  # run ids start with a date
+        try:
+            prov = json.loads((d / "provenance.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if prov.get("status") == "ok" and prov.get("profile") == profile and not prov.get("build_only"):
+            return float(prov["seconds"])
+    return None
 
+
+def _print_estimate(names: list[str], profile: str, results: Path) -> None:
+    known = {n: _last_seconds(results, n, profile) for n in names}
+    have = {n: s for n, s in known.items() if s is not None}
+    if not have:
+        print(f"workbench: no complete {profile} run on record yet; the first run sets the estimate", flush=True)
+        return
+    missing = [n for n in names if n not in have]
+    print(f"workbench: estimate from the last complete {profile} runs: {sum(have.values()) / 60:.1f} min "
+          f"({', '.join(f'{n} {s / 60:.1f}' for n, s in have.items())})"
+          + (f"; no record for {', '.join(missing)}" if missing else ""), flush=True)
+
+
+def _usage_table(out: dict) -> str:
+    """Per notebook: status, minutes, peak memory of the client, the workers and both (GiB)."""
+    lines = [f"{'experiment':14s} {'status':8s} {'minutes':>8s} {'client GiB':>10s} {'workers GiB':>11s} "
+             f"{'total GiB':>9s}"]
+    tot_s, peak = 0.0, 0.0
+    for name, res in out.items():
+        run_dir = res if isinstance(res, Path) else getattr(res, "run_dir", None)
+        try:
+            prov = json.loads((Path(run_dir) / "provenance.json").read_text())
+        except (OSError, TypeError, ValueError):
+            lines.append(f"{name:14s} {'?':8s}")
+            continue
+        mem = prov.get("peak_memory_gib", {})
+        tot_s += prov.get("seconds", 0.0)
+        peak = max(peak, mem.get("total", 0.0))
+        lines.append(f"{name:14s} {prov.get('status', '?'):8s} {prov.get('seconds', 0.0) / 60:8.1f} "
+                     f"{mem.get('client', float('nan')):10.2f} {mem.get('workers', float('nan')):11.2f} "
+                     f"{mem.get('total', float('nan')):9.2f}")
+    lines.append(f"{'all':14s} {'':8s} {tot_s / 60:8.1f} {'':10s} {'':11s} {peak:9.2f}  (max of the peaks)")
+    return "\n".join(lines)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .experiment import ExperimentError, ExperimentFailed, list_experiments, repo_root, run_many
+
+    results = Path(args.results) if args.results else repo_root() / "results"
+    names = list_experiments() if args.names in (["all"], "all") else list(args.names)
+    if not args.build_only:
+        _print_estimate(names, args.profile, results)
     try:
         out = run_many(args.names, args.profile, results_dir=args.results, progress=not args.no_progress,
-                       timeout=args.cell_timeout)
+                       timeout=args.cell_timeout, build_only=args.build_only)
     except ExperimentError as e:
         print(f"workbench: {e}", file=sys.stderr)
         return 2
@@ -42,6 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"FAILED {name}: {res}", file=sys.stderr)
         else:
             print(f"ok     {name}: {res}")
+    print("\n" + _usage_table(out), flush=True)
     return 1 if failed else 0
 
 
@@ -106,6 +161,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .experiment import PROFILES
+
     p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -114,10 +171,12 @@ def main(argv: list[str] | None = None) -> int:
 
     sp = sub.add_parser("run", help="execute experiments with papermill into results/")
     sp.add_argument("names", nargs="+", help="experiment names, or 'all'")
-    sp.add_argument("--profile", default="laptop", choices=["ci", "laptop", "gpu"])
+    sp.add_argument("--profile", default="laptop", choices=list(PROFILES))
     sp.add_argument("--results", default=None, help="results directory (default <repo>/results)")
     sp.add_argument("--no-progress", action="store_true", help="no per-cell progress bar")
     sp.add_argument("--cell-timeout", type=int, default=None, help="per-cell timeout, seconds")
+    sp.add_argument("--build-only", action="store_true",
+                    help="run only the cells that build each notebook's inputs (no timed sections)")
     sp.set_defaults(fn=_cmd_run)
 
     sp = sub.add_parser("bench", help="run benchmarks/bench_*.py and print ratio tables")

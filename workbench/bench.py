@@ -12,8 +12,11 @@ True
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,8 +28,12 @@ from .backend import synchronize
 
 __all__ = [
     "Timing",
+    "StaleDaskResult",
     "measure",
     "compare",
+    "peer_memory_limit",
+    "memory_guard",
+    "skipped_row",
     "ratio_table",
     "stream_triad",
     "scheduler_roundtrip",
@@ -80,8 +87,33 @@ def _block(value: Any) -> None:
     synchronize(value) if value is not None else synchronize()
 
 
+class StaleDaskResult(RuntimeError):
+    """A timed call returned Dask keys an earlier call had already produced: it ran no task."""
+
+
+def _dask_keys(value: Any) -> set | None:
+    """The Dask keys a result names (futures, lists of futures, collections, containers
+    of futures such as RowBlocks), or None for a result that is not Dask's."""
+    try:
+        from dask import is_dask_collection
+        from dask.core import flatten
+        from distributed import Future
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(value, Future):
+        return {value.key}
+    if isinstance(value, list | tuple) and value and all(isinstance(v, Future) for v in value):
+        return {v.key for v in value}
+    if is_dask_collection(value):
+        return set(flatten(value.__dask_keys__()))
+    parts = getattr(value, "parts", None)
+    if isinstance(parts, list | tuple) and parts and all(isinstance(v, Future) for v in parts):
+        return {v.key for v in parts}
+    return None
+
+
 def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, repeat: int = 3,
-            setup: Callable[[], Any] | None = None, keep_value: bool = False) -> Timing:
+            setup: Callable[[], Any] | None = None, keep_value: bool = False, on_stale: str = "raise") -> Timing:
     """Time ``fn()`` ``repeat`` times after ``warmup`` untimed runs.
 
     GPU work is synchronised and Dask futures/persisted collections are
@@ -89,15 +121,33 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
     Every call, warm-up or timed, runs while the previous call's result is
     still alive (as in ``x = solve(...)`` in a loop), so after two warm-ups
     the buffers that repeated calls cycle through exist already.
+
+    A Dask call that builds the same graph every time gets the same keys,
+    and while an earlier result holds them Dask hands it back without
+    running a task: a timed call whose result names keys an earlier call
+    produced is refused (``on_stale="raise"``: :class:`StaleDaskResult`),
+    or reported (``"warn"``) or let through (``"ignore"``).  Give each call
+    fresh keys, e.g. ``dask.graph_manipulation.clone(y, omit=x)``.
+
+    Examples
+    --------
+    >>> t = measure(lambda: sum(range(1000)), repeat=3)
+    >>> len(t.times)
+    3
     """
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
+    if on_stale not in ("raise", "warn", "ignore"):
+        raise ValueError(f"on_stale must be 'raise', 'warn' or 'ignore', got {on_stale!r}")
+    label = name or getattr(fn, "__name__", "fn")
+    seen: set = set()
     value = None
     for _ in range(warmup):
         if setup:
             setup()
         value = fn()
         _block(value)
+        seen |= _dask_keys(value) or set()
     times = []
     for _ in range(repeat):
         if setup:
@@ -106,20 +156,97 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
         value = fn()
         _block(value)
         times.append(time.perf_counter() - t0)
-    return Timing(name or getattr(fn, "__name__", "fn"), times, value if keep_value else None)
+        keys = _dask_keys(value)
+        if keys and on_stale != "ignore" and keys & seen:
+            msg = (f"{label}: a timed call returned Dask keys an earlier call produced ({next(iter(keys & seen))!r} "
+                   f"...), so Dask ran no task and the time measures nothing; give every call fresh keys "
+                   f"(dask.graph_manipulation.clone(result, omit=inputs)) or release the previous result")
+            if on_stale == "raise":
+                raise StaleDaskResult(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        seen |= keys or set()
+    return Timing(label, times, value if keep_value else None)
 
 
-def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple[str, Callable[[], Any]]], *,
-            warmup: int = 1, repeat: int = 3, **labels: Any) -> list[dict]:
+# --------------------------------------------------------------------------
+# Peer memory guard
+# --------------------------------------------------------------------------
+
+#: Environment variable that caps the memory a single-node peer may need (GiB).
+ENV_PEER_MEMORY = "WORKBENCH_PEER_MEMORY_GB"
+
+
+def peer_memory_limit() -> int:
+    """Bytes a single-node peer may use: ``$WORKBENCH_PEER_MEMORY_GB`` when set (the
+    experiment runner sets it from an experiment's ``max_memory_gb``), and never
+    more than half the memory available now."""
+    import psutil
+
+    limit = psutil.virtual_memory().available // 2
+    env = os.environ.get(ENV_PEER_MEMORY)
+    if env:
+        limit = min(limit, int(float(env) * 2**30))
+    return int(limit)
+
+
+def memory_guard(name: str, need_bytes: float, *, limit_bytes: float | None = None) -> str | None:
+    """``None`` when a peer needing ``need_bytes`` fits, else the reason it is skipped.
+
+    Estimate a peer's memory from its input size before calling it (a timeout
+    does not protect memory: an O(n²) peer can exhaust it within one call).
+
+    Examples
+    --------
+    >>> memory_guard("dense", 8 * 100_000**2, limit_bytes=2**34)
+    'skipped: would need 74.5 GiB (limit 16.0 GiB)'
+    >>> memory_guard("small", 1e6, limit_bytes=2**34) is None
+    True
+    """
+    limit = peer_memory_limit() if limit_bytes is None else float(limit_bytes)
+    if need_bytes <= limit:
+        return None
+    return f"skipped: would need {need_bytes / 2**30:.1f} GiB (limit {limit / 2**30:.1f} GiB)"
+
+
+def skipped_row(name: str, need_bytes: float, reason: str | None = None, **labels: Any) -> dict:
+    """The tidy row of a peer that was not run (NaN times, ``skipped`` says why).
+
+    Examples
+    --------
+    >>> skipped_row("astropy", 2**36, n=10)["need_gib"]
+    64.0
+    """
+    reason = reason or f"skipped: would need {need_bytes / 2**30:.1f} GiB"
+    return {"name": name, "repeats": 0, "min_s": math.nan, "median_s": math.nan, "max_s": math.nan,
+            "role": "peer", "speedup": math.nan, "skipped": reason, "need_gib": need_bytes / 2**30, **labels}
+
+
+def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warmup: int = 1, repeat: int = 3,
+            memory_limit_bytes: float | None = None, on_stale: str = "raise", **labels: Any) -> list[dict]:
     """Time ``ours`` and each peer on the same input in this process.
 
     Returns tidy rows with ``speedup`` = peer median / ours median for each peer
     (>1 means ours is faster) and any ``labels`` (kernel, size, workers ...).
+    A peer given as ``(name, fn, need_bytes)`` runs only when its estimated
+    memory fits :func:`peer_memory_limit` (or ``memory_limit_bytes``);
+    otherwise its row says ``skipped: would need X GiB`` and has no times.
+
+    Examples
+    --------
+    >>> rows = compare(("ours", lambda: 1), [("peer", lambda: 2), ("huge", lambda: 3, 2**50)], repeat=1)
+    >>> [r["name"] for r in rows], rows[2]["skipped"].startswith("skipped: would need")
+    (['ours', 'peer', 'huge'], True)
     """
-    t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat)
+    t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat, on_stale=on_stale)
     rows = [t_ours.row(role="ours", speedup=1.0, **labels)]
-    for pname, pfn in peers:
-        t = measure(pfn, name=pname, warmup=warmup, repeat=repeat)
+    for peer in peers:
+        pname, pfn, need = (*peer, None) if len(peer) == 2 else peer
+        if need is not None:
+            why = memory_guard(pname, need, limit_bytes=memory_limit_bytes)
+            if why:
+                rows.append(skipped_row(pname, need, why, **labels))
+                continue
+        t = measure(pfn, name=pname, warmup=warmup, repeat=repeat, on_stale=on_stale)
         rows.append(t.row(role="peer", speedup=t.median / t_ours.median, **labels))
     return rows
 

@@ -37,6 +37,7 @@ __all__ = [
     "PROFILES",
     "ExperimentError",
     "ExperimentFailed",
+    "ExperimentStopped",
     "repo_root",
     "list_experiments",
     "load_config",
@@ -47,10 +48,17 @@ __all__ = [
     "provenance",
 ]
 
-PROFILES = ("ci", "laptop", "gpu")
+PROFILES = ("ci", "laptop", "large", "gpu")
 
 #: Environment variables the runner sets for the notebook process.
 ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
+ENV_PROFILE = "WORKBENCH_PROFILE"
+
+#: Profile keys the runner reads itself (budgets), not passed to the notebook.
+BUDGET_KEYS = ("max_minutes", "max_memory_gb")
+
+#: Cell tags a ``build_only`` run executes: the parameters, the cluster start, the input builders, the teardown.
+BUILD_TAGS = ("parameters", "setup", "inputs", "teardown")
 
 
 class ExperimentError(ValueError):
@@ -64,6 +72,10 @@ class ExperimentFailed(RuntimeError):
         super().__init__(message)
         self.cell_index = cell_index
         self.run_dir = run_dir
+
+
+class ExperimentStopped(ExperimentFailed):
+    """The runner stopped a notebook that passed its ``max_minutes`` or ``max_memory_gb``."""
 
 
 def repo_root() -> Path:
@@ -125,9 +137,56 @@ def _out_dir(output_dir: str | os.PathLike | None) -> Path:
     return d
 
 
-def save_figure(fig: Any, name: str, output_dir: str | os.PathLike | None = None, *, dpi: int = 120) -> list[Path]:
-    """Save a matplotlib figure as ``<name>.png`` and ``<name>.svg`` in the run directory."""
+def _current_workers() -> str | None:
+    """"2 cpu workers" for the current default Dask client, or None without one."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+        n = len(client.nthreads())
+        return f"{n} {_cluster.backend_of(client)} worker{'s' if n != 1 else ''}" if n else None
+    except Exception:  # no client (or it is closing): the footer just says less
+        return None
+
+
+def figure_footer() -> str:
+    """What a figure was measured on: host, cores, the current cluster's workers, the run's profile and id."""
+    parts = [socket.gethostname(), f"{os.cpu_count()} cores"]
+    workers = _current_workers()
+    if workers:
+        parts.append(workers)
+    profile = os.environ.get(ENV_PROFILE)
+    if profile:
+        parts.append(f"profile {profile}")
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if run_dir:
+        parts.append("run " + Path(run_dir).name.removeprefix(".staging-"))
+    return "workbench · " + " · ".join(parts)
+
+
+def save_figure(fig: Any, name: str, output_dir: str | os.PathLike | None = None, *, dpi: int = 120,
+                footer: bool | str = True) -> list[Path]:
+    """Save a matplotlib figure as ``<name>.png`` and ``<name>.svg`` in the run directory.
+
+    ``footer`` (default on) stamps a small line under the figure naming the
+    machine (host, cores), the cluster's workers and the run's profile
+    (:func:`figure_footer`), so a PNG read on its own says what it measured;
+    pass a string to write your own, or False for none.
+
+    Examples
+    --------
+    >>> fig, ax = plt.subplots()                                   # doctest: +SKIP
+    >>> save_figure(fig, "line")                                   # doctest: +SKIP
+    [PosixPath('line.png'), PosixPath('line.svg')]
+    """
     d = _out_dir(output_dir)
+    if footer:
+        text = footer if isinstance(footer, str) else figure_footer()
+        stamp = getattr(fig, "_workbench_footer", None)
+        if stamp is None:
+            fig._workbench_footer = fig.text(0.5, -0.01, text, ha="center", va="top", fontsize=7, color="0.35")
+        else:
+            stamp.set_text(text)
     paths = [d / f"{name}.png", d / f"{name}.svg"]
     fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
@@ -290,6 +349,9 @@ def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
             if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
                 idx = i
                 break
+        else:  # a killed kernel leaves no error output: the last cell papermill started
+            started = [i for i, c in enumerate(nb.cells) if c.metadata.get("papermill", {}).get("start_time")]
+            idx = started[-1] if started else idx
         if idx is not None and idx < len(nb.cells):
             first = next((ln for ln in nb.cells[idx].source.splitlines() if ln.strip()), "")
     except Exception:
@@ -298,9 +360,52 @@ def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
     return f"{where} ({first.strip()[:80]!r}) raised {ename}: {evalue}", idx
 
 
+@contextmanager
+def _env(**values: str | None) -> Iterator[None]:
+    """Set (or, for None, leave alone) environment variables for the notebook process; restore after."""
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is not None:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _budgets(params: dict, max_minutes: float | None, max_memory_gb: float | None,
+             where: str) -> tuple[float | None, float | None]:
+    """The run's budgets: explicit arguments over the profile's ``max_minutes`` / ``max_memory_gb``."""
+    out = []
+    for key, given in (("max_minutes", max_minutes), ("max_memory_gb", max_memory_gb)):
+        v = params.pop(key, None) if given is None else (params.pop(key, None), given)[1]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+            raise ExperimentError(f"{where}: {key} must be a positive number, got {v!r}")
+        out.append(None if v is None else float(v))
+    return out[0], out[1]
+
+
+def _build_only_notebook(src: Path, dst: Path) -> Path:
+    """A copy of the notebook with only the cells tagged in :data:`BUILD_TAGS`."""
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    keep = [c for c in nb.cells if set(c.metadata.get("tags", [])) & set(BUILD_TAGS)]
+    if not any("inputs" in c.metadata.get("tags", []) for c in keep):
+        raise ExperimentError(f"{src.name}: no cell is tagged 'inputs', so build_only has nothing to build")
+    nb.cells = keep
+    nbformat.write(nb, dst)
+    return dst
+
+
 def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | None = None,
         parameters: dict | None = None, kernel_name: str | None = None, progress: bool = True,
-        timeout: int | None = None, root: Path | None = None) -> Path:
+        timeout: int | None = None, root: Path | None = None, max_minutes: float | None = None,
+        max_memory_gb: float | None = None, build_only: bool = False, monitor_interval: float = 0.5) -> Path:
     """Execute one experiment with papermill; return its run directory.
 
     Parameters
@@ -319,16 +424,34 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
         Show papermill's per-cell progress bar.
     timeout : int, optional
         Per-cell timeout in seconds.
+    max_minutes, max_memory_gb : float, optional
+        Budgets (default: the profile's ``max_minutes`` / ``max_memory_gb``,
+        if it declares them).  A monitor samples the memory of the notebook's
+        kernel (the client) and of every worker process it starts; a run past
+        either budget is stopped (its processes killed) and reported.  The
+        peaks and the wall time are recorded in ``provenance.json`` either way.
+    build_only : bool
+        Execute only the cells tagged ``parameters``, ``setup``, ``inputs``
+        and ``teardown``: the notebook's inputs at the profile's sizes,
+        without the timed sections (a check that input construction fits).
+        The run goes to ``results/<name>/build-<run-id>/`` and does not
+        become ``latest``.
 
     Raises
     ------
     ExperimentError
-        Unknown experiment or profile (nothing runs).
+        Unknown experiment or profile, or a bad budget (nothing runs).
     ExperimentFailed
         A cell raised; the message names the cell.  The partial run is kept
         in ``results/<name>/failed-<run-id>/``; earlier results are untouched.
+    ExperimentStopped
+        (an ExperimentFailed) The run passed ``max_minutes`` or
+        ``max_memory_gb`` and was stopped; the message says which.
     """
     import papermill as pm
+
+    from ._monitor import TreeMonitor
+    from .bench import ENV_PEER_MEMORY
 
     root = Path(root or repo_root())
     if profile not in PROFILES:
@@ -338,30 +461,37 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
         raise ExperimentError(f"experiment {cfg['name']!r} has no profile {profile!r} "
                               f"(has: {', '.join(cfg['profiles'])})")
     params = {**cfg["profiles"][profile], **(parameters or {})}
+    budget_min, budget_gb = _budgets(params, max_minutes, max_memory_gb, f"{cfg['name']} ({profile})")
     results = Path(results_dir or root / "results").resolve()
     exp_dir = results / cfg["name"]
     run_id = _run_id(root)
     staging = exp_dir / f".staging-{run_id}"
     staging.mkdir(parents=True, exist_ok=False)
     out_nb = staging / cfg["notebook_path"].name
+    src_nb = cfg["notebook_path"]
+    if build_only:
+        src_nb = _build_only_notebook(src_nb, staging / f".build-only-{src_nb.name}")
     params.update(output_dir=str(staging), profile=profile)
 
     started = _dt.datetime.now(_dt.UTC)
     t0 = time.perf_counter()
-    old_env = os.environ.get(ENV_RUN_DIR)
-    os.environ[ENV_RUN_DIR] = str(staging)
     error: Exception | None = None
-    try:
-        pm.execute_notebook(str(cfg["notebook_path"]), str(out_nb), parameters=params,
-                            kernel_name=kernel_name or "python3", progress_bar=progress, cwd=str(root),
-                            execution_timeout=timeout, log_output=False, request_save_on_cell_execute=False)
-    except Exception as e:  # papermill's PapermillExecutionError, or kernel death
-        error = e
-    finally:
-        if old_env is None:
-            os.environ.pop(ENV_RUN_DIR, None)
-        else:
-            os.environ[ENV_RUN_DIR] = old_env
+    monitor = TreeMonitor(interval=monitor_interval, max_seconds=None if budget_min is None else budget_min * 60,
+                          max_bytes=None if budget_gb is None else budget_gb * 2**30)
+    # peers size themselves against half the run's memory budget (workbench.bench.peer_memory_limit)
+    peer_gb = None if budget_gb is None or os.environ.get(ENV_PEER_MEMORY) else f"{budget_gb / 2:g}"
+    with _env(**{ENV_RUN_DIR: str(staging), ENV_PROFILE: profile, ENV_PEER_MEMORY: peer_gb}), monitor:
+        try:
+            pm.execute_notebook(str(src_nb), str(out_nb), parameters=params,
+                                kernel_name=kernel_name or "python3", progress_bar=progress, cwd=str(root),
+                                execution_timeout=timeout, log_output=False,
+                                # saved as each cell starts, so a run the monitor kills still names its cell
+                                request_save_on_cell_execute=True)
+        except Exception as e:  # papermill's PapermillExecutionError, or kernel death
+            error = e
+    usage = monitor.summary()
+    if build_only:
+        src_nb.unlink(missing_ok=True)
 
     clusters_path = staging / "clusters.json"
     clusters = json.loads(clusters_path.read_text()) if clusters_path.exists() else []
@@ -370,17 +500,28 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
                       else str(cfg["notebook_path"]),
                       started=started.isoformat(), finished=_dt.datetime.now(_dt.UTC).isoformat(),
                       seconds=time.perf_counter() - t0, clusters=clusters, run_id=run_id,
-                      status="failed" if error else "ok")
-    if error is not None:
-        msg, idx = _describe_failure(error, out_nb)
+                      status="stopped" if usage["stopped"] else "failed" if error else "ok",
+                      build_only=build_only, budgets={"max_minutes": budget_min, "max_memory_gb": budget_gb},
+                      peak_memory_gib={k: round(usage[f"peak_{k}_bytes"] / 2**30, 3)
+                                       for k in ("client", "workers", "total")},
+                      monitor=usage)
+    if error is not None or usage["stopped"]:
+        msg, idx = _describe_failure(error or RuntimeError("stopped"), out_nb)
+        if usage["stopped"]:
+            msg = f"stopped by the runner: {usage['stopped']} (it was running {msg.split(' raised ')[0]})"
         prov["error"] = msg
         failed = exp_dir / f"failed-{run_id}"
         (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
         staging.rename(failed)
-        raise ExperimentFailed(f"experiment {cfg['name']!r} (profile {profile}) failed: {msg}; "
-                               f"partial run kept in {failed}", cell_index=idx, run_dir=failed) from error
+        cls, verb = (ExperimentStopped, "was") if usage["stopped"] else (ExperimentFailed, "failed:")
+        raise cls(f"experiment {cfg['name']!r} (profile {profile}) {verb} {msg}; partial run kept in {failed}",
+                  cell_index=idx, run_dir=failed) from error
 
     (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
+    if build_only:
+        final = exp_dir / f"build-{run_id}"
+        staging.rename(final)
+        return final
     final = exp_dir / run_id
     staging.rename(final)
     latest = exp_dir / "latest"

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..partition import resilient
+from .sparse import random_sparse, random_sparse_bytes  # noqa: F401  (seeded sparse generator, memory linear in nnz)
 
 __all__ = [
     "kronecker_edges",

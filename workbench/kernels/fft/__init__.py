@@ -45,7 +45,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace
 from ...cluster import default_client, worker_addresses
-from ...partition import block_offsets
+from ...partition import block_offsets, resilient
 from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
 from .ranks import _fft_rank
 
@@ -170,6 +170,7 @@ def validate_fft(result: Any, x: Any, kind: str = "fwd", *, s: Any = None, axes:
     return err
 
 
+@resilient
 def distributed_random(shape: Sequence[int], client: Any = None, *, dtype: Any = np.complex128, seed: int = 0,
                        workers: Sequence[str] | None = None) -> Any:
     """A seeded random array generated on the workers, in slabs along axis 0 (one per worker), persisted.
@@ -290,6 +291,7 @@ def _crop_pad(x: Any, want: tuple[int, ...]) -> Any:
 # --------------------------------------------------------------------------
 
 
+@resilient
 def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: str, grid: Any, overlap: bool,
                workers: Any, client: Any) -> Any:
     import dask.array as da

@@ -37,6 +37,15 @@ GPU-Accelerated Systems" (LLNL, 2026) on Dask workers talking through
   candidates, until ``groups`` groups remain; a final refinement queries
   every other group.
 
+Both modes run inside the same rank bodies on every kind of worker: numba
+kernels (:mod:`.cpu`) on CPU workers, their numba.cuda twins (:mod:`.cuda`)
+on "gpu" workers (points in device memory, cupy for the array work) and on
+"gpu-sim" workers (numba's CUDA simulator).  The NN-descent join's device
+twin gathers each row's candidates from the lists as they were before the
+join instead of mending row after row, so with joins the approximate lists
+can differ from the CPU path's (at the same recall); without them they are
+the same.
+
 Examples
 --------
 >>> import workbench as wb

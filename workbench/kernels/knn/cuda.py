@@ -15,6 +15,12 @@ its outputs, so no two threads write one list:
   row scans, exact pair distances and candidate merges.  ``_merge_candidates``
   gives each run of equal ``rows`` to one thread: the caller passes rows
   grouped (equal rows adjacent), as ``np.nonzero`` and a stable sort give them.
+* :func:`_local_join` -- the NN-descent join.  The CPU twin mends the lists
+  in place row after row; here the join only reads the lists: one thread per
+  row of ``order`` writes the row's candidates (neighbours of neighbours
+  nearer than its k-th) into its own row of a candidate buffer, which
+  ``_merge_candidates`` then inserts.  Its arguments are the CPU twin's, plus
+  those outputs (the count it returns on the CPU comes back per row).
 
 Keys are computed with the same operations and types as the CPU twins.  On a
 GPU the compiler may fuse a multiply and an add in the exact float64 sums
@@ -39,6 +45,8 @@ PTX_SIGNATURES = {
                    "float32[:, ::1], int64[:, ::1])"],
     "_pair_sqdist": [f"void({x}[:, ::1], {x}[:, ::1], int64[::1], int64[::1], float64[::1])" for x in _F],
     "_merge_candidates": ["void(int64[:, ::1], float64[:, ::1], int64[::1], int64[::1], float64[::1])"],
+    "_local_join": [f"void({x}[:, ::1], float32[:, ::1], int64[:, ::1], float64[:, ::1], int64, int64[::1], "
+                    "int64[:, ::1], float64[:, ::1], int64[::1])" for x in _F],
 }
 
 
@@ -198,3 +206,58 @@ def _merge_candidates(ind, d2, rows, cand, dist):  # pragma: no cover - device
                 pos -= 1
             d2[i, pos] = dd
             ind[i, pos] = g
+
+
+@cuda.jit
+def _local_join(X, Xc, ind, d2, off, order, cand, dist, evals):  # pragma: no cover - device
+    # thread t takes row i = order[t]: every neighbour l of a neighbour (both rows of this rank, l not i and not
+    # in i's list) passes a float32 screen, then its exact float64 d^2 against i's k-th (as the lists were at
+    # launch); the nearer ones go to cand[t]/dist[t] in the order found, each once, the rest of the row -1.
+    # evals[t]: the candidates screened.  No list is written here, so no thread reads a row another writes
+    nl, k = ind.shape
+    S = cand.shape[1]
+    for t in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
+        i = order[t]
+        thr = d2[i, k - 1]
+        lim = thr * (1.0 + 1e-4) + 1e-6
+        cnt = 0
+        ev = 0
+        for a in range(k):
+            j = ind[i, a] - off
+            if j < 0 or j >= nl:
+                continue
+            for u in range(k):
+                g = ind[j, u]
+                l = g - off
+                if l < 0 or l >= nl or l == i:
+                    continue
+                seen = False
+                for v in range(k):
+                    if ind[i, v] == g:
+                        seen = True
+                        break
+                for v in range(cnt):
+                    if cand[t, v] == g:
+                        seen = True
+                        break
+                if seen:
+                    continue
+                ev += 1
+                # float32 screen; exact float64 only for the few that may enter
+                s32 = np.float32(0.0)
+                for w in range(Xc.shape[1]):
+                    z = Xc[i, w] - Xc[l, w]
+                    s32 += z * z
+                if s32 > lim:
+                    continue
+                s = 0.0
+                for w in range(X.shape[1]):
+                    z64 = np.float64(X[i, w]) - np.float64(X[l, w])
+                    s += z64 * z64
+                if s < thr:
+                    cand[t, cnt] = g
+                    dist[t, cnt] = s
+                    cnt += 1
+        for v in range(cnt, S):
+            cand[t, v] = -1
+        evals[t] = ev

@@ -5,10 +5,11 @@ scanned into running candidate lists, cell-ordered block pruning, the float32
 certificate and its float64 fallback); :func:`_approx_rank` runs SOLANET
 (distributed k-means cells, the per-cell local build, NN-descent joins, the
 merge tree and the refinement).  The hot loops are the numba kernels of
-:mod:`.cpu`; on "gpu"/"gpu-sim" workers the exact mode's tile scans and exact
-fills launch their numba.cuda twins of :mod:`.cuda` instead, on the blocks
-where they live (device memory on a GPU).  The approximate mode still runs
-its local kernels on the host, on every kind of worker.
+:mod:`.cpu`; on "gpu"/"gpu-sim" workers both modes launch their numba.cuda
+twins of :mod:`.cuda` instead, on the blocks where they live (device memory
+on a GPU: only centroids, cell starts, counts and the final lists reach the
+host).  The approximate mode's NN-descent join has a device formulation of
+its own (:func:`_local_join_device`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import device_kind, empty, launch, namespace, synchronize, to_host
-from .cpu import _fill_exact_kernel, _local_join, _merge_candidates, _pair_sqdist, _scan_kernel, _scan_rows, _top_bounds
+from ...backend import device_kind, empty, launch, namespace, synchronize, to_device, to_host
+from . import cpu as _cpu
+from .cpu import _fill_exact_kernel, _local_join, _scan_kernel
 
 
 def _prepare(comm: Any, block: Any, metric: str) -> tuple:
@@ -330,14 +332,17 @@ def _float64_pass(comm: Any, X: Any, off: int, gids: Any, rows: Any, mean: Any, 
 def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, seed: int) -> tuple:
     block, offsets = arg
     off = int(offsets[comm.rank])
-    if namespace(block) is not np:
-        block = to_host(block)  # the graph phases are numba kernels; GEMM-heavy parts stay on xp below
+    device = device_kind()
+    # the graph phases run where the block lives: numba on CPU workers (host
+    # arrays), numba.cuda twins on device workers (device memory on a GPU)
+    block = to_host(block) if device == "cpu" else to_device(block)
+    xp = namespace(block)
     t0, c0 = time.perf_counter(), time.thread_time()
     X, mean = _prepare(comm, block, metric)
     Xc, xn = _centred(X, mean, np.float32)
     nl, d = X.shape
     P, r = comm.size, comm.rank
-    gids = np.arange(off, off + nl, dtype=np.int64)
+    gids = xp.arange(off, off + nl, dtype=xp.int64)
     counters = {"distance_evaluations": 0}
 
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
@@ -350,27 +355,28 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
 
     # local build: brute force inside each cell, then in the probed cells its bound cannot rule out
     t1 = time.perf_counter()
-    ind = np.full((nl, k), -1, dtype=np.int64)
-    d2 = np.full((nl, k), np.inf)
-    lorder = np.argsort(labels, kind="stable").astype(np.int64)
+    ind = xp.full((nl, k), -1, dtype=xp.int64)
+    d2 = xp.full((nl, k), np.inf, dtype=xp.float64)
+    lorder = xp.argsort(labels, kind="stable").astype(xp.int64)
     own = _by_cell(X, Xc, xn, gids, labels, lorder, C)
-    qpos = np.empty(nl, dtype=np.int64)
-    qpos[lorder] = np.arange(nl)            # a point's row among the cell-ordered ones: self-pairs skip
+    qpos = xp.empty(nl, dtype=xp.int64)
+    qpos[lorder] = xp.arange(nl, dtype=xp.int64)   # a point's row among the cell-ordered ones: self-pairs skip
     q = (X, Xc, xn, qpos, probes, bounds)
     _cell_pass(q, 0, 1, own, ind, d2, counters)
     _cell_pass(q, 1, probes.shape[1], own, ind, d2, counters)
     # only points whose list the n_probe cap may have cut short (an unprobed
     # cell's bound below the k-th distance) need the NN-descent joins
+    join = _local_join if device == "cpu" else _local_join_device
     for _ in range(int(opts["local_join"])):
-        short = lorder[(probes.shape[1] < cent.shape[0]) & (bounds[lorder, -1] < np.sqrt(d2[lorder, k - 1]))]
-        counters["distance_evaluations"] += int(_local_join(X, Xc, ind, d2, off, short))
+        short = lorder[(probes.shape[1] < cent.shape[0]) & (bounds[lorder, -1] < xp.sqrt(d2[lorder, k - 1]))]
+        counters["distance_evaluations"] += int(join(X, Xc, ind, d2, off, short))
     t_local = time.perf_counter() - t1
 
     # merge tree: groups of 2**l ranks pair up with their partner group
     t2 = time.perf_counter()
     G = max(1, min(int(opts["groups"]), P))
     level = 0
-    q = (X, Xc, xn, -1 - np.arange(nl, dtype=np.int64), probes, bounds)   # no self-pairs across ranks
+    q = (X, Xc, xn, -1 - xp.arange(nl, dtype=xp.int64), probes, bounds)   # no self-pairs across ranks
     while ((P + (1 << level) - 1) >> level) > G:
         partner = [t for t in range(P) if (t >> level) == ((r >> level) ^ 1)]
         _query_groups(comm, partner, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
@@ -384,8 +390,9 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
         _query_groups(comm, others, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
     t_refine = time.perf_counter() - t3
 
-    dist = np.sqrt(d2) if metric == "euclidean" else d2 / 2.0
-    info = {"backend": device_kind(), "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
+    dist = xp.sqrt(d2) if metric == "euclidean" else d2 / 2.0
+    synchronize(ind, dist)
+    info = {"backend": device, "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
             "merge_tree_s": t_merge, "refinement_s": t_refine,
             "merge_levels": level, "bytes_moved": int(comm.stats["bytes_sent"]), **counters}
     return ind, dist, info
@@ -528,30 +535,76 @@ def _finalize(lists: tuple, k: int, m: int, qn: Any, nmax: float, d: int, gemm_d
 # --------------------------------------------------------------------------
 # Approximate mode: k-means cells, local build, graph search
 # --------------------------------------------------------------------------
+# The arrays live where the block does (numpy on CPU and gpu-sim workers,
+# cupy on a GPU); the hot loops are :func:`_kernel`'s.  Centroids, cell
+# starts and the per-cell spans are small and kept on the host.
 
 
-def _kmeans(comm: Any, Xc: np.ndarray, xn: np.ndarray, C: int, iters: int, sample: int, seed: int,
-            counters: dict) -> np.ndarray:
+def _kernel(name: str, n: int, *args: Any) -> None:
+    """Run the approximate mode's kernel ``name`` on ``args``: its numba twin
+    (:mod:`.cpu`) on CPU workers, its numba.cuda twin (:mod:`.cuda`, a grid
+    over ``n`` items, launched on the arrays' device) on "gpu"/"gpu-sim" workers."""
+    if device_kind() == "cpu":
+        getattr(_cpu, name)(*args)
+        return
+    from . import cuda as dev
+
+    launch(getattr(dev, name), n, *args)
+
+
+def _local_join_device(X: Any, Xc: Any, ind: Any, d2: Any, off: int, order: Any) -> int:
+    """The NN-descent join of :func:`.cpu._local_join` on a device (same
+    arguments, same return: the distances screened).  The CPU twin mends the
+    lists one row at a time, each row seeing the rows mended before it; here
+    every row of a chunk of ``order`` gathers its candidates (neighbours of
+    neighbours closer than its k-th) from the lists as they were before the
+    chunk, one thread per row into its own slots of a candidate buffer, and
+    the candidate merge inserts them (rows grouped, in the order found)."""
+    from . import cuda as dev
+
+    xp = namespace(ind)
+    k = ind.shape[1]
+    S = k * k                             # a row has at most k * k neighbours of neighbours
+    step = max(1, (1 << 22) // S)         # candidate buffer of at most 4M slots (64 MiB)
+    evals = 0
+    for s in range(0, int(order.shape[0]), step):
+        rows = order[s:s + step]
+        cand = xp.empty((rows.shape[0], S), dtype=xp.int64)
+        dist = xp.empty((rows.shape[0], S), dtype=xp.float64)
+        cnt = xp.empty(rows.shape[0], dtype=xp.int64)
+        launch(dev._local_join, rows.shape[0], X, Xc, ind, d2, off, rows, cand, dist, cnt)
+        qi, t = xp.nonzero(cand >= 0)     # row-major: each row's candidates adjacent, in the order found
+        if qi.shape[0]:
+            launch(dev._merge_candidates, qi.shape[0], ind, d2, rows[qi], cand[qi, t], dist[qi, t])
+        evals += int(cnt.sum())
+    return evals
+
+
+def _kmeans(comm: Any, Xc: Any, xn: Any, C: int, iters: int, sample: int, seed: int, counters: dict) -> np.ndarray:
+    """Distributed Lloyd iterations on a sample of the points; returns the
+    float32 centroids (host, the same on every rank)."""
+    xp = namespace(Xc)
     nl = Xc.shape[0]
     rng = np.random.default_rng([seed, comm.rank, 0xCE11])
     per_rank = max(1, -(-sample // comm.size))
     take = rng.choice(nl, size=min(nl, per_rank), replace=False) if nl else np.zeros(0, np.int64)
     # seeding needs ~16 candidates per centroid, not the whole sample (D^2 sampling is O(pool) per centroid)
     seeds = np.sort(take[:max(1, -(-16 * C // comm.size))])
-    cent = _kmeans_pp(np.concatenate(comm.allgather(Xc[seeds]), axis=0), C, seed).astype(np.float64)
-    take = np.sort(take)
+    pool = comm.allgather(to_host(Xc[xp.asarray(seeds)]))
+    cent = _kmeans_pp(np.concatenate(pool, axis=0), C, seed).astype(np.float64)
+    take = xp.asarray(np.sort(take))
     sub, subn = Xc[take], xn[take]
+    C, d = cent.shape
+    dims = xp.arange(d, dtype=xp.int64)
     for _ in range(iters):
         lab = _assign(sub, subn, cent.astype(np.float32))
-        counters["distance_evaluations"] += int(sub.shape[0]) * cent.shape[0]
-        cnt = np.bincount(lab, minlength=cent.shape[0])
-        sums = np.zeros(cent.shape)
-        ne = cnt > 0
-        if ne.any():
-            sums[ne] = np.add.reduceat(sub[np.argsort(lab, kind="stable")].astype(np.float64),
-                                       (np.cumsum(cnt) - cnt)[ne], axis=0)
-        sums = comm.allreduce(sums)
-        cnt = comm.allreduce(cnt.astype(np.float64))
+        counters["distance_evaluations"] += int(sub.shape[0]) * C
+        cnt = xp.bincount(lab, minlength=C)
+        # one weighted bincount over (cell, dimension) bins sums each cell's points in row order
+        sums = xp.bincount((lab[:, None] * d + dims[None, :]).ravel(), weights=sub.astype(xp.float64).ravel(),
+                           minlength=C * d).reshape(C, d)
+        sums = comm.allreduce(to_host(sums))
+        cnt = comm.allreduce(to_host(cnt).astype(np.float64))
         nz = cnt > 0
         cent[nz] = sums[nz] / cnt[nz, None]
     return cent.astype(np.float32)
@@ -574,45 +627,50 @@ def _kmeans_pp(pool: np.ndarray, C: int, seed: int) -> np.ndarray:
     return P[chosen]
 
 
-def _assign(Xc: np.ndarray, xn: np.ndarray, cent: np.ndarray) -> np.ndarray:
-    out = np.empty(Xc.shape[0], dtype=np.int64)
-    cn = (cent.astype(np.float32) ** 2).sum(axis=1)
+def _assign(Xc: Any, xn: Any, cent: np.ndarray) -> Any:
+    """Nearest centroid of each row (``cent`` on the host, moved to the rows' device)."""
+    xp = namespace(Xc)
+    out = xp.empty(Xc.shape[0], dtype=xp.int64)
+    cg = xp.asarray(cent.astype(np.float32))
+    cn = (cg ** 2).sum(axis=1)
     for s in range(0, Xc.shape[0], 8192):
-        D = cn[None, :] - 2.0 * (Xc[s:s + 8192] @ cent.T.astype(np.float32))
-        out[s:s + 8192] = np.argmin(D, axis=1)
+        D = cn[None, :] - 2.0 * (Xc[s:s + 8192] @ cg.T)
+        out[s:s + 8192] = xp.argmin(D, axis=1)
     return out
 
 
-def _cell_probes(Xc: np.ndarray, cent: np.ndarray, n_probe: int) -> tuple[np.ndarray, np.ndarray]:
+def _cell_probes(Xc: Any, cent: np.ndarray, n_probe: int) -> tuple[Any, Any]:
     """Each point's cell (column 0) and the other cells that may hold its
     neighbours, nearest first by the bisector bound: a point of cell ``c`` is
     nearer to centroid ``c`` than to the query's own centroid ``a``, so it lies
     at least ``(|q - c|^2 - |q - a|^2) / (2 |c - a|)`` from the query.  Only
     the ``n_probe`` cells of smallest bound are kept (memory ``n_probe`` per point)."""
+    xp = namespace(Xc)
     nl, C = Xc.shape[0], cent.shape[0]
     p = max(1, min(n_probe, C))
     c64 = cent.astype(np.float64)
     cn = (c64 * c64).sum(axis=1)
     cd = np.sqrt(np.maximum(cn[:, None] + cn[None, :] - 2.0 * (c64 @ c64.T), 0.0))
     with np.errstate(divide="ignore"):
-        inv = np.where(cd > 0, 0.5 / cd, 0.0).astype(np.float32)    # a duplicate centroid: no bound
-    cn32 = cn.astype(np.float32)
-    probes = np.empty((nl, p), dtype=np.int64)
-    bounds = np.empty((nl, p), dtype=np.float32)
+        inv = xp.asarray(np.where(cd > 0, 0.5 / cd, 0.0).astype(np.float32))    # a duplicate centroid: no bound
+    cn32 = xp.asarray(cn.astype(np.float32))
+    cg = xp.asarray(cent)
+    probes = xp.empty((nl, p), dtype=xp.int64)
+    bounds = xp.empty((nl, p), dtype=xp.float32)
     for s in range(0, nl, 8192):
-        D = cn32[None, :] - 2.0 * (Xc[s:s + 8192] @ cent.T)
-        _top_bounds(D, inv, probes[s:s + 8192], bounds[s:s + 8192])
+        D = cn32[None, :] - 2.0 * (Xc[s:s + 8192] @ cg.T)
+        _kernel("_top_bounds", D.shape[0], D, inv, probes[s:s + 8192], bounds[s:s + 8192])
     return probes, bounds
 
 
-def _by_cell(Y: np.ndarray, Yc: np.ndarray, yn: np.ndarray, ygids: np.ndarray, ylab: np.ndarray, order: np.ndarray,
-             C: int) -> tuple:
+def _by_cell(Y: Any, Yc: Any, yn: Any, ygids: Any, ylab: Any, order: Any, C: int) -> tuple:
     """Points ordered by cell, with each cell's start: (Yo, Yc, yn, gids, starts)."""
-    starts = np.searchsorted(ylab[order], np.arange(C + 1)).astype(np.int64)
-    return (np.ascontiguousarray(Y[order]), np.ascontiguousarray(Yc[order]), yn[order], ygids[order], starts)
+    xp = namespace(Y)
+    starts = xp.searchsorted(ylab[order], xp.arange(C + 1)).astype(xp.int64)
+    return (xp.ascontiguousarray(Y[order]), xp.ascontiguousarray(Yc[order]), yn[order], ygids[order], starts)
 
 
-def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: np.ndarray, d2: np.ndarray, counters: dict) -> tuple:
+def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict) -> tuple:
     """Brute force of our points against the cells of ``Y`` in their probe
     columns ``p0:p1`` whose bound is below the point's current k-th distance.
 
@@ -625,73 +683,97 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: np.ndarray, d2: np.nda
     Returns the merged (row, Y row, d^2) triples."""
     X, Xc, xn, qpos, probes, bounds = q
     Yo, Yc, yn, ygids, ys = Y
+    xp = namespace(ind)
     nl, k = ind.shape
-    nothing = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    nothing = (xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.float64))
     if nl == 0 or p1 <= p0 or Yo.shape[0] == 0:
         return nothing
     cells = probes[:, p0:p1]
-    need = (bounds[:, p0:p1] < np.sqrt(d2[:, k - 1:k])) & (ys[cells + 1] > ys[cells])
-    qi, t = np.nonzero(need)
+    need = (bounds[:, p0:p1] < xp.sqrt(d2[:, k - 1:k])) & (ys[cells + 1] > ys[cells])
+    qi, t = xp.nonzero(need)
     if qi.shape[0] == 0:
         return nothing
     c = cells[qi, t]
-    o = np.argsort(c, kind="stable")
+    o = xp.argsort(c, kind="stable")
     qi, c = qi[o], c[o]
-    cut = np.concatenate([[0], np.flatnonzero(np.diff(c)) + 1, [qi.shape[0]]]).tolist()
-    keys = np.repeat(d2[:, k - 1:k].astype(np.float32), k, axis=1)
-    ids = np.full((nl, k), -1, dtype=np.int64)
-    spans = [(g0, g1, int(ys[c[g0]]), int(ys[c[g0] + 1])) for g0, g1 in zip(cut[:-1], cut[1:], strict=True)]
+    # the spans of equal cells, and per span (host, one transfer): its cell, start and end in Y, and whether
+    # its query rows are that very cell of Y (a cell against itself: no gather)
+    cut = np.concatenate([[0], to_host(xp.flatnonzero(xp.diff(c)) + 1), [qi.shape[0]]]).astype(np.int64)
+    g0s, g1s = xp.asarray(cut[:-1]), xp.asarray(cut[1:])
+    pos = qpos[qi]
+    steps = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(xp.diff(pos) != 1)])
+    cg = c[g0s]
+    info = to_host(xp.stack([ys[cg], ys[cg + 1], pos[g0s], pos[g1s - 1], steps[g1s - 1] - steps[g0s]]))
+    keys = xp.repeat(d2[:, k - 1:k].astype(xp.float32), k, axis=1)
+    ids = xp.full((nl, k), -1, dtype=xp.int64)
+    spans = [(int(g0), int(g1), int(b0), int(b1), bool(g1 - g0 == b1 - b0 and f == b0 and la == b1 - 1 and br == 0))
+             for g0, g1, (b0, b1, f, la, br) in zip(cut[:-1], cut[1:], info.T.tolist(), strict=True)]
     # one product buffer for every cell: BLAS zeroes its output first, and fresh
     # pages for each product fault (at the hypervisor here) on that first touch
-    buf = empty(max((g1 - g0) * (b1 - b0) for g0, g1, b0, b1 in spans), Xc.dtype)
-    for g0, g1, b0, b1 in spans:
+    buf = empty(max((g1 - g0) * (b1 - b0) for g0, g1, b0, b1, _ in spans), Xc.dtype, like=Xc)
+    for g0, g1, b0, b1, own_cell in spans:
         rows = qi[g0:g1]
         G = buf[:(g1 - g0) * (b1 - b0)].reshape(g1 - g0, b1 - b0)
-        pos = qpos[rows]
-        # a cell against itself: the query rows are that cell's block of Y, no gather needed
-        own_cell = g1 - g0 == b1 - b0 and pos[0] == b0 and pos[-1] == b1 - 1 and bool((np.diff(pos) == 1).all())
-        np.matmul(Yc[b0:b1] if own_cell else Xc[rows], Yc[b0:b1].T, out=G)
-        _scan_rows(G, xn, yn[b0:b1], rows, qpos, b0, keys, ids)
+        xp.matmul(Yc[b0:b1] if own_cell else Xc[rows], Yc[b0:b1].T, out=G)
+        _kernel("_scan_rows", g1 - g0, G, xn, yn[b0:b1], rows, qpos, b0, keys, ids)
         counters["distance_evaluations"] += int(G.size)
-    qr, t = np.nonzero(ids >= 0)
+    qr, t = xp.nonzero(ids >= 0)          # row-major: rows grouped, as the merge's device twin needs them
+    qr = xp.ascontiguousarray(qr)         # numpy's nonzero of a 2-D array gives strided views
     yr = ids[qr, t]
-    dd = np.empty(qr.shape[0])
-    _pair_sqdist(X, Yo, qr, yr, dd)
-    _merge_candidates(ind, d2, qr, ygids[yr], dd)
+    dd = xp.empty(qr.shape[0], dtype=xp.float64)
+    if qr.shape[0]:
+        _kernel("_pair_sqdist", qr.shape[0], X, Yo, qr, yr, dd)
+        _kernel("_merge_candidates", qr.shape[0], ind, d2, qr, ygids[yr], dd)
     return qr, yr, dd
 
 
-def _cell_points(X: np.ndarray, gids: np.ndarray, labels: np.ndarray, cells: np.ndarray) -> tuple:
+def _cell_points(X: Any, gids: Any, labels: Any, cells: np.ndarray) -> tuple:
     """Our points in the requested cells, for a peer: (points, ids, cells)."""
-    sel = np.flatnonzero(np.isin(labels, cells))
+    xp = namespace(X)
+    sel = xp.flatnonzero(xp.isin(labels, xp.asarray(cells)))
     return X[sel], gids[sel], labels[sel]
 
 
-def _query_groups(comm: Any, targets: list[int], q: tuple, mean: Any, gids: np.ndarray, offsets: np.ndarray,
-                  labels: np.ndarray, ind: np.ndarray, d2: np.ndarray, C: int, opts: dict, counters: dict) -> None:
+def _merge_sorted(ind: Any, d2: Any, rows: Any, cand: Any, dist: Any) -> None:
+    """Merge (row, candidate, d^2) triples in any row order: stably grouped by
+    row first (the device twin gives a thread each run of equal rows), so every
+    row sees its candidates in the given order, as in the CPU twin's one pass."""
+    xp = namespace(ind)
+    if rows.shape[0] == 0:
+        return
+    if device_kind() != "cpu":
+        o = xp.argsort(rows, kind="stable")
+        rows, cand, dist = rows[o], cand[o], dist[o]
+    _kernel("_merge_candidates", rows.shape[0], ind, d2, rows, cand, dist)
+
+
+def _query_groups(comm: Any, targets: list[int], q: tuple, mean: Any, gids: Any, offsets: np.ndarray,
+                  labels: Any, ind: Any, d2: Any, C: int, opts: dict, counters: dict) -> None:
     """Pull, from the ranks in ``targets``, their points in the cells ours may
     reach (bound below the current k-th distance), brute-force ours against
     them cell by cell, merge, and send the found pairs back as reverse candidates."""
     P, r = comm.size, comm.rank
     X, _, _, _, probes, bounds = q
+    xp = namespace(ind)
     k = ind.shape[1]
-    reach = bounds < np.sqrt(d2[:, k - 1]).astype(np.float32)[:, None]
-    cells = np.unique(probes[reach])
+    reach = bounds < xp.sqrt(d2[:, k - 1]).astype(xp.float32)[:, None]
+    cells = to_host(xp.unique(probes[reach]))
     wants = comm.allgather((targets, cells))
     sends = {t: _cell_points(X, gids, labels, wants[t][1]) for t in range(P) if r in wants[t][0]}
     got = comm.neighbor_exchange(sends, recv_from=targets)
-    Y = np.concatenate([X[:0]] + [got[t][0] for t in targets], axis=0)
-    ygids = np.concatenate([gids[:0]] + [got[t][1] for t in targets])
-    ylab = np.concatenate([labels[:0]] + [got[t][2] for t in targets])
+    Y = xp.concatenate([X[:0]] + [xp.asarray(got[t][0]) for t in targets], axis=0)
+    ygids = xp.concatenate([gids[:0]] + [xp.asarray(got[t][1]) for t in targets])
+    ylab = xp.concatenate([labels[:0]] + [xp.asarray(got[t][2]) for t in targets])
     Yc, yn = _centred(Y, mean, np.float32)
-    Yb = _by_cell(Y, Yc, yn, ygids, ylab, np.argsort(ylab, kind="stable"), C)
+    Yb = _by_cell(Y, Yc, yn, ygids, ylab, xp.argsort(ylab, kind="stable"), C)
     qr, yr, dd = _cell_pass(q, 0, probes.shape[1], Yb, ind, d2, counters)
     if opts.get("reverse", True):
         # the pairs found, seen from the other side: candidates for the peers' lists
         yg = Yb[3][yr]
-        owner = np.searchsorted(offsets, yg, side="right") - 1
-        parts = [(yg[owner == t], gids[qr][owner == t], dd[owner == t]) for t in range(P)]
+        owner = xp.searchsorted(xp.asarray(offsets), yg, side="right") - 1
+        qg = gids[qr]
+        parts = [(yg[owner == t], qg[owner == t], dd[owner == t]) for t in range(P)]
         lo = int(offsets[r])
         for tgt, src, dist in comm.alltoallv(parts):
             if len(tgt):
-                _merge_candidates(ind, d2, tgt - lo, src, dist)
+                _merge_sorted(ind, d2, xp.asarray(tgt) - lo, xp.asarray(src), xp.asarray(dist))

@@ -15,8 +15,15 @@ y, so a point's candidates are y-windows in the next few columns whose
 bounds only move forward (about 1.6 candidates per pair within r_max, against
 2.9 for a 3 x 3 cell list).  Edge-corner angles are precomputed per point
 near the boundary, so most pairs cost a distance, a table lookup of the
-radius bin and one or two histogram adds.  Only the CPU (numba) kernel
-exists: cupy blocks are brought to the host first.
+radius bin and one or two histogram adds.  The sweep has two twins of one
+signature: a numba kernel on CPU workers and a numba.cuda kernel (one
+thread per owned point, atomic histogram adds) on GPU workers, where the
+points stay in device memory, and on simulated GPU workers
+(``backend="gpu-sim"``).
+
+Modules: this one holds the public function, its validation, the result
+type, the brute-force validator and seeded patterns; ``ranks`` the SPMD rank
+bodies; ``cpu`` and ``cuda`` the two twins of the local kernels.
 
 Estimators (the contract, spatstat's ``Kest`` definitions), for a rectangle
 ``W = (xmin, xmax, ymin, ymax)`` of area ``|W|``, width ``w`` and height ``h``:
@@ -52,23 +59,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks, grid_shape
+from ...partition import RowBlocks, as_row_blocks, resilient
+from .cpu import MAX_WEIGHT
+from .ranks import _ripley_rank, tile_bounds
 
 __all__ = ["RipleyResult", "ripley_k", "ripley_brute_force", "csr_k", "tile_bounds", "thomas_process",
            "hardcore_process", "space_time_cluster", "load_burkitt"]
 
 _CORRECTIONS = ("none", "translation", "isotropic", "border")
-_MODE = {"none": 0, "translation": 1, "isotropic": 2, "border": 3}
-#: spatstat's default ``maxedgewt``: edge weights are trimmed to this value.
-MAX_WEIGHT = 100.0
-#: Bins of the squared-distance lookup table that maps a pair to its radius bin.
-_LUT_SIZE = 4096
 
 
 @dataclass
@@ -87,6 +90,7 @@ class RipleyResult:
         Pointwise min / max of K over the simulations (``n_simulations > 0``).
     edge_correction : str
     stats : dict
+        ``backend`` (the workers' kind: "cpu", "gpu" or "gpu-sim"),
         ``seconds``, ``pairs_counted`` (ordered pairs within ``r_max`` (and
         ``t_max``) in the observed pattern), ``pairs_per_second``,
         ``bytes_moved``, ``halo_points``, ``n_workers`` and the options used.
@@ -120,6 +124,7 @@ def csr_k(r: Any, t: Any = None) -> np.ndarray:
     return 2 * np.pi * r[:, None] ** 2 * np.asarray(t, dtype=np.float64)[None, :]
 
 
+@resilient
 def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequence[float],
              edge_correction: str = "isotropic", times: Any = None, time_radii: Any = None,
              time_window: Sequence[float] | None = None, n_simulations: int = 0, seed: int | None = None,
@@ -210,6 +215,7 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
         "seconds": seconds,
         "pairs_counted": pairs,
         "pairs_per_second": pairs / seconds if seconds > 0 else float("nan"),
+        "backend": head["backend"],
         "bytes_moved": int(sum(i["bytes_sent"] for i in infos)),
         "halo_points": int(sum(i["n_halo"] for i in infos)),
         "points_per_worker": [int(i["n_owned"]) for i in infos],
@@ -408,514 +414,6 @@ def _l_of(k: np.ndarray, r: np.ndarray, t: np.ndarray | None) -> np.ndarray:
         if t is None:
             return np.sqrt(k / np.pi)
         return np.sqrt(k / (2 * np.pi * t[None, :]))
-
-
-# --------------------------------------------------------------------------
-# The SPMD rank
-# --------------------------------------------------------------------------
-
-
-def _ripley_rank(comm: Any, mine: list, cfg: dict) -> dict:
-    win, r = cfg["window"], cfg["radii"]
-    rmax = float(r[-1])
-    has_t = cfg["time_radii"] is not None
-    # local rows: x, y, t, global id (float64 is exact for ids < 2**53)
-    cols = []
-    for off, blk, tblk in mine:
-        p = np.asarray(to_host(blk), dtype=np.float64)
-        t = np.asarray(to_host(tblk), dtype=np.float64) if has_t else np.zeros(len(p))
-        cols.append(np.column_stack([p[:, 0], p[:, 1], t, off + np.arange(len(p), dtype=np.float64)]))
-    local = np.concatenate(cols) if cols else np.zeros((0, 4))
-
-    if cfg["partitioning"]:
-        tiles = tile_bounds(comm.allgather(_sample(local, 4096)), win, comm.size)
-        owner = _tile_of(local[:, 0], local[:, 1], tiles, grid_shape(comm.size))
-        order = np.argsort(owner, kind="stable")
-        cuts = np.searchsorted(owner[order], np.arange(comm.size + 1))
-        owned = np.concatenate(comm.alltoallv([local[order[cuts[q]:cuts[q + 1]]] for q in range(comm.size)]))
-        me = tiles[comm.rank]
-        nbrs = [q for q in range(comm.size) if q != comm.rank and _rect_gap(me, tiles[q]) <= rmax]
-        sends = {q: owned[_near_rect(owned[:, 0], owned[:, 1], tiles[q], rmax)] for q in nbrs}
-        got = comm.neighbor_exchange(sends)
-        halo = np.concatenate([np.zeros((0, 4))] + [got[q] for q in nbrs])
-        region = me
-    else:
-        owned = local
-        everyone = comm.allgather(local)
-        halo = np.concatenate([np.zeros((0, 4))] + [everyone[q] for q in range(comm.size) if q != comm.rank])
-        region = win
-
-    t0 = time.perf_counter()
-    sweep = _Sweep(owned, halo, region, cfg)
-    hist, pairs, nb = _local_hist(owned, halo, region, cfg, owned[:, 2] if has_t else None,
-                                  halo[:, 2] if has_t else None, sweep)
-    hist, pairs, nb = comm.allreduce((hist, pairs, nb), op=_sum_tuples)
-    k = _finish(hist, nb, cfg)
-
-    out = {"k": k, "pairs": pairs}
-    if cfg["n_simulations"]:
-        sims = _simulate_st(comm, owned, halo, sweep, cfg) if has_t else _simulate_csr(comm, cfg)
-        out["lower"], out["upper"] = sims.min(axis=0), sims.max(axis=0)
-    out.update(n_owned=len(owned), n_halo=len(halo), rank_seconds=time.perf_counter() - t0,
-               bytes_sent=comm.stats["bytes_sent"])
-    return out
-
-
-def _sum_tuples(a: tuple, b: tuple) -> tuple:
-    return tuple(x + y for x, y in zip(a, b, strict=True))
-
-
-def _simulate_csr(comm: Any, cfg: dict) -> np.ndarray:
-    """CSR envelopes: whole simulations dealt round-robin to ranks, each in one tile."""
-    win, n = cfg["window"], cfg["n"]
-    mine = {}
-    for s in range(comm.rank, cfg["n_simulations"], comm.size):
-        rng = np.random.default_rng([cfg["seed"], s])
-        pts = np.zeros((n, 4))
-        pts[:, 0] = win[0] + (win[1] - win[0]) * rng.random(n)
-        pts[:, 1] = win[2] + (win[3] - win[2]) * rng.random(n)
-        hist, _, nb = _local_hist(pts, np.zeros((0, 4)), win, cfg, None, None)
-        mine[s] = _finish(hist, nb, cfg)
-    allk = {}
-    for part in comm.allgather(mine):
-        allk.update(part)
-    return np.stack([allk[s] for s in range(cfg["n_simulations"])])
-
-
-def _simulate_st(comm: Any, owned: np.ndarray, halo: np.ndarray, sweep: _Sweep, cfg: dict) -> np.ndarray:
-    """Space-time envelopes: random permutations of the time labels (same permutation on every rank)."""
-    n = cfg["n"]
-    t_all = np.zeros(n)
-    for part in comm.allgather(owned[:, [3, 2]]):
-        t_all[part[:, 0].astype(np.int64)] = part[:, 1]
-    gid_o, gid_h = owned[:, 3].astype(np.int64), halo[:, 3].astype(np.int64)
-    nr, nt = len(cfg["radii"]), len(cfg["time_radii"])
-    hists = np.zeros((cfg["n_simulations"], nr + 1, nt + 1))
-    cache = _pair_cache(sweep, len(owned)) if cfg["cache_weights"] else None
-    for s in range(cfg["n_simulations"]):
-        perm = np.random.default_rng([cfg["seed"], s]).permutation(n)
-        to_, th = t_all[perm[gid_o]], t_all[perm[gid_h]]
-        if cache is not None:
-            _hist_from_cache(*cache, np.concatenate([to_, th]), cfg["time_radii"],
-                             np.asarray(cfg["time_window"], dtype=np.float64), hists[s])
-        else:
-            sweep.run(to_, th, hists[s])
-    hists = comm.allreduce(hists)
-    return np.stack([_finish(h, None, cfg) for h in hists])
-
-
-def _finish(hist: np.ndarray, nb: np.ndarray | None, cfg: dict) -> np.ndarray:
-    """Per-bin sums -> K (cumulative over radius, and over time lag in space-time)."""
-    win, n = cfg["window"], cfg["n"]
-    area = (win[1] - win[0]) * (win[3] - win[2])
-    nr = len(cfg["radii"])
-    c = np.cumsum(hist, axis=0)[:nr]
-    if cfg["time_radii"] is not None:
-        nt = len(cfg["time_radii"])
-        tlen = cfg["time_window"][1] - cfg["time_window"][0]
-        return area * tlen / (n * (n - 1.0)) * np.cumsum(c, axis=1)[:, :nt]
-    c = c[:, 0]
-    if cfg["correction"] == "border":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(nb > 0, area * c / (n * nb), np.nan)
-    return area / (n * (n - 1.0)) * c
-
-
-# --------------------------------------------------------------------------
-# Tiles and halos (worker-local, vectorised)
-# --------------------------------------------------------------------------
-
-
-def _sample(local: np.ndarray, m: int) -> np.ndarray:
-    if len(local) <= m:
-        return local[:, :2].copy()
-    return local[np.linspace(0, len(local) - 1, m).astype(np.int64), :2]
-
-
-def tile_bounds(samples: Sequence[np.ndarray], window: Sequence[float], n_tiles: int) -> list[tuple]:
-    """Equal-count tiles of ``window``: R x C = ``grid_shape(n_tiles)`` cuts at
-    sample quantiles (x strips, then y cuts within each strip).  Returns
-    ``(xlo, xhi, ylo, yhi)`` per tile, in rank order ``strip * C + cell``."""
-    xmin, xmax, ymin, ymax = window
-    R, C = grid_shape(n_tiles)
-    s = np.concatenate([np.asarray(a).reshape(-1, 2) for a in samples])
-    qs = np.arange(1, R) / R
-    xc = np.concatenate([[xmin], np.quantile(s[:, 0], qs) if len(s) else xmin + (xmax - xmin) * qs, [xmax]])
-    tiles = []
-    for i in range(R):
-        sx = s[(s[:, 0] >= xc[i]) & (s[:, 0] < xc[i + 1])] if len(s) else s
-        qc = np.arange(1, C) / C
-        yc = np.concatenate([[ymin], np.quantile(sx[:, 1], qc) if len(sx) else ymin + (ymax - ymin) * qc, [ymax]])
-        tiles.extend((float(xc[i]), float(xc[i + 1]), float(yc[j]), float(yc[j + 1])) for j in range(C))
-    return tiles
-
-
-def _tile_of(x: np.ndarray, y: np.ndarray, tiles: list[tuple], grid: tuple[int, int]) -> np.ndarray:
-    R, C = grid
-    xc = np.array([tiles[i * C][1] for i in range(R - 1)])
-    strip = np.searchsorted(xc, x, side="right")
-    out = np.empty(len(x), dtype=np.int64)
-    for i in range(R):
-        sel = strip == i
-        yc = np.array([tiles[i * C + j][3] for j in range(C - 1)])
-        out[sel] = i * C + np.searchsorted(yc, y[sel], side="right")
-    return out
-
-
-def _rect_gap(a: tuple, b: tuple) -> float:
-    dx = max(a[0] - b[1], b[0] - a[1], 0.0)
-    dy = max(a[2] - b[3], b[2] - a[3], 0.0)
-    return math.hypot(dx, dy)
-
-
-def _near_rect(x: np.ndarray, y: np.ndarray, rect: tuple, r: float) -> np.ndarray:
-    dx = np.maximum(np.maximum(rect[0] - x, x - rect[1]), 0.0)
-    dy = np.maximum(np.maximum(rect[2] - y, y - rect[3]), 0.0)
-    return dx * dx + dy * dy <= r * r
-
-
-# --------------------------------------------------------------------------
-# Worker-local counting
-# --------------------------------------------------------------------------
-
-
-def _columns(x: np.ndarray, y: np.ndarray, x0: float, width: float, ncol: int) -> tuple[np.ndarray, np.ndarray]:
-    """Order that sorts points by (column, y) and the CSR start of each column."""
-    col = np.clip(((x - x0) * (ncol / width)).astype(np.int64), 0, ncol - 1) if width > 0 else \
-        np.zeros(len(x), np.int64)
-    order = np.lexsort((y, col))
-    start = np.zeros(ncol + 1, dtype=np.int64)
-    np.cumsum(np.bincount(col, minlength=ncol), out=start[1:])
-    return order, start
-
-
-def _layout(region: tuple, cfg: dict, n_pts: int) -> tuple[float, float, int, int, float]:
-    """Column sweep over ``region`` grown by r_max (clipped to the window):
-    columns r_max/2 wide (at most ~n_pts of them), each sorted by y, so the
-    candidates of a point are a y-window in the next ``reach`` columns.
-    Returns (x0, width, n_columns, reach, y_window)."""
-    win, rmax = cfg["window"], float(cfg["radii"][-1])
-    x0, x1 = max(region[0] - rmax, win[0]), min(region[1] + rmax, win[1])
-    width = x1 - x0
-    if not cfg["spatial_index"]:
-        return x0, width, 1, 0, math.inf  # ablation: every pair is a candidate
-    ncol = int(2 * width / rmax) if rmax > 0 else n_pts
-    ncol = max(1, min(ncol, n_pts))
-    reach = min(ncol - 1, math.ceil(rmax / (width / ncol))) if rmax > 0 else 0
-    return x0, width, ncol, reach, rmax
-
-
-def _radius_lut(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Squared radii and a table mapping a squared distance to the first
-    candidate radius bin (a short forward scan finishes the search)."""
-    r2 = r * r
-    r2max = float(r2[-1])
-    scale = _LUT_SIZE / r2max if r2max > 0 else 0.0
-    edges = np.arange(_LUT_SIZE) / scale if scale > 0 else np.zeros(_LUT_SIZE)
-    lut = np.searchsorted(r2, edges, side="left").astype(np.int64)
-    return r2, np.minimum(lut, len(r) - 1), scale
-
-
-def _limits(x: np.ndarray, y: np.ndarray, cfg: dict) -> np.ndarray:
-    """Border correction: radius bins [0, lim_i) where point i counts (b_i >= r)."""
-    r = cfg["radii"]
-    if cfg["correction"] != "border":
-        return np.full(len(x), len(r), dtype=np.int64)
-    win = cfg["window"]
-    b = np.minimum(np.minimum(x - win[0], win[1] - x), np.minimum(y - win[2], win[3] - y))
-    return np.searchsorted(r, b, side="right").astype(np.int64)
-
-
-def _edge_angles(x: np.ndarray, y: np.ndarray, win: Sequence[float], rmax: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per point within r_max of the boundary, the angles between each edge's
-    normal and the lines to that edge's corners (spatstat's bLU, bLD, bRU,
-    bRD, bUL, bUR, bDL, bDR), computed once instead of per pair.  Returns
-    (row of each point in the table or -1, table)."""
-    dL, dR, dD, dU = x - win[0], win[1] - x, y - win[2], win[3] - y
-    near = np.minimum(np.minimum(dL, dR), np.minimum(dD, dU)) < rmax
-    pos = np.full(len(x), -1, dtype=np.int64)
-    pos[near] = np.arange(int(near.sum()))
-    dL, dR, dD, dU = dL[near], dR[near], dD[near], dU[near]
-    table = np.stack([np.arctan2(dU, dL), np.arctan2(dD, dL), np.arctan2(dU, dR), np.arctan2(dD, dR),
-                      np.arctan2(dL, dU), np.arctan2(dR, dU), np.arctan2(dL, dD), np.arctan2(dR, dD)], axis=1)
-    return pos, np.ascontiguousarray(table.reshape(-1, 8))
-
-
-class _Sweep:
-    """Column-sorted owned and halo points of one rank, ready for the sweep kernel."""
-
-    def __init__(self, owned: np.ndarray, halo: np.ndarray, region: tuple, cfg: dict):
-        x0, width, ncol, self.reach, self.ywin = _layout(region, cfg, len(owned) + len(halo))
-        self.oo, self.ostart = _columns(owned[:, 0], owned[:, 1], x0, width, ncol)
-        self.ho, self.hstart = _columns(halo[:, 0], halo[:, 1], x0, width, ncol)
-        self.ox, self.oy = owned[self.oo, 0].copy(), owned[self.oo, 1].copy()
-        self.hx, self.hy = halo[self.ho, 0].copy(), halo[self.ho, 1].copy()
-        self.lim = _limits(self.ox, self.oy, cfg)
-        rmax = float(cfg["radii"][-1])
-        self.opos, self.oang = _edge_angles(self.ox, self.oy, cfg["window"], rmax)
-        self.hpos, self.hang = _edge_angles(self.hx, self.hy, cfg["window"], rmax)
-        self.r2, self.lut, self.scale = _radius_lut(cfg["radii"])
-        self.mode = _MODE[cfg["correction"]]
-        self.win = np.asarray(cfg["window"], dtype=np.float64)
-        self.cfg = cfg
-
-    def run(self, t_owned: np.ndarray | None, t_halo: np.ndarray | None, hist: np.ndarray,
-            action: int = 0, cache: tuple | None = None) -> int:
-        cfg = self.cfg
-        has_t = t_owned is not None
-        ot = t_owned[self.oo].copy() if has_t else np.zeros(1)
-        ht = t_halo[self.ho].copy() if has_t else np.zeros(1)
-        tr = cfg["time_radii"] if has_t else np.array([np.inf])
-        twin = np.asarray(cfg["time_window"] if has_t else (0.0, 1.0), dtype=np.float64)
-        if cache is None:
-            cache = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        return int(_sweep(self.ox, self.oy, ot, self.lim, self.ostart, self.opos, self.oang,
-                          self.hx, self.hy, ht, self.hstart, self.hpos, self.hang,
-                          self.reach, self.ywin, self.r2, self.lut, self.scale, tr, self.mode, has_t, self.win,
-                          twin, hist, action, *cache))
-
-
-def _local_hist(owned: np.ndarray, halo: np.ndarray, region: tuple, cfg: dict, t_owned: np.ndarray | None,
-                t_halo: np.ndarray | None, sweep: _Sweep | None = None) -> tuple[np.ndarray, int, np.ndarray]:
-    """This rank's weighted pair histogram (nr + 1, nt + 1), ordered pair
-    count and (border) the per-radius count of owned points with b_i >= r."""
-    nr = len(cfg["radii"])
-    sweep = sweep or _Sweep(owned, halo, region, cfg)
-    nt = len(cfg["time_radii"]) if t_owned is not None else 1
-    hist = np.zeros((nr + 1, nt + 1))
-    pairs = sweep.run(t_owned, t_halo, hist)
-    nb = np.zeros(nr)
-    if cfg["correction"] == "border":
-        nb = np.cumsum(np.bincount(sweep.lim, minlength=nr + 1)[::-1])[::-1][1:].astype(np.float64)
-    return hist, pairs, nb
-
-
-def _pair_cache(sweep: _Sweep, n_owned: int) -> tuple:
-    """Spatial pairs within r_max with radius bin and both directions' edge
-    weights, kept for reuse across time permutations.  Indices address
-    ``concatenate([owned, halo])`` in the rank's row order."""
-    scratch = np.zeros((len(sweep.r2) + 1, 2))
-    m = sweep.run(None, None, scratch, action=1)
-    buf = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m))
-    sweep.run(None, None, scratch, action=2, cache=buf)
-    pi, pj, kr, wij, wji = buf
-    # back from column order to row order (halo rows follow the owned ones)
-    idx = np.concatenate([sweep.oo, n_owned + sweep.ho])
-    return sweep.oo[pi], idx[pj], kr, wij, wji
-
-
-# ---- numba kernels (CPU); a GPU block is brought to host first --------------
-# The entry kernels release the GIL so the worker keeps heartbeating while a rank counts.
-
-
-@numba.njit(cache=True)
-def _iso_weight(x: float, y: float, d: float, win: np.ndarray, ang: np.ndarray, p: int) -> float:
-    """Ripley's isotropic weight for a circle of radius d at (x, y) in a
-    rectangle: spatstat edge.Ripley's closed form (ripleybox), with the
-    point's corner angles ``ang[p]`` precomputed by :func:`_edge_angles`."""
-    dL = x - win[0]
-    dR = win[1] - x
-    dD = y - win[2]
-    dU = win[3] - y
-    if d <= dL and d <= dR and d <= dD and d <= dU:
-        return 1.0
-    aL = math.acos(dL / d) if dL < d else 0.0
-    aR = math.acos(dR / d) if dR < d else 0.0
-    aD = math.acos(dD / d) if dD < d else 0.0
-    aU = math.acos(dU / d) if dU < d else 0.0
-    cL = min(aL, ang[p, 0]) + min(aL, ang[p, 1])
-    cR = min(aR, ang[p, 2]) + min(aR, ang[p, 3])
-    cU = min(aU, ang[p, 4]) + min(aU, ang[p, 5])
-    cD = min(aD, ang[p, 6]) + min(aD, ang[p, 7])
-    ext = (cL + cR + cU + cD) / (2.0 * math.pi)
-    eps = 1e-12 * max(win[1] - win[0], win[3] - win[2])
-    ncor = (abs(dL) < eps) + (abs(dR) < eps) + (abs(dD) < eps) + (abs(dU) < eps)
-    if ncor >= 2:
-        ext += 0.25
-    if ext >= 1.0 - 1.0 / MAX_WEIGHT:
-        return MAX_WEIGHT
-    return 1.0 / (1.0 - ext)
-
-
-@numba.njit(cache=True)
-def _trans_weight(dx: float, dy: float, win: np.ndarray) -> float:
-    w = win[1] - win[0]
-    h = win[3] - win[2]
-    den = (w - abs(dx)) * (h - abs(dy))
-    if den * 100.0 <= w * h:
-        return 100.0
-    return w * h / den
-
-
-@numba.njit(cache=True)
-def _rbin(d2: float, r2: np.ndarray, lut: np.ndarray, scale: float) -> int:
-    m = int(d2 * scale)
-    if m >= lut.shape[0]:
-        m = lut.shape[0] - 1
-    k = lut[m]
-    while r2[k] < d2:
-        k += 1
-    return k
-
-
-@numba.njit(cache=True)
-def _tbin(dt: float, tr: np.ndarray) -> int:
-    k = 0
-    while tr[k] < dt:
-        k += 1
-    return k
-
-
-@numba.njit(cache=True)
-def _tweight(ti: float, dt: float, twin: np.ndarray) -> float:
-    return 1.0 if (ti - dt >= twin[0] and ti + dt <= twin[1]) else 2.0
-
-
-@numba.njit(cache=True)
-def _add(hist: np.ndarray, k: int, kt: int, lim: int, w: float) -> None:
-    if lim > k:
-        hist[k, kt] += w
-        if lim < hist.shape[0] - 1:
-            hist[lim, kt] -= w
-
-
-@numba.njit(cache=True)
-def _visit(i, xi, yi, ti, li, iang, ip, xs, ys, ts, lims, pos, ang, a, b, both, jbase, r2, lut, scale, tr, mode,
-           has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj, m):  # pragma: no cover - compiled
-    """Pairs (i, j) for j in [a, b) of one column: weights, bins and the
-    histogram (action 0), or count (1) / record (2) the spatial pairs."""
-    r2max = r2[r2.shape[0] - 1]
-    tmax = tr[tr.shape[0] - 1]
-    # fast isotropic path: circles shorter than the distance to every edge are whole
-    ei = min(min(xi - win[0], win[1] - xi), min(yi - win[2], win[3] - yi))
-    pairs = 0
-    for j in range(a, b):
-        dx = xs[j] - xi
-        dy = ys[j] - yi
-        d2 = dx * dx + dy * dy
-        if d2 > r2max:
-            continue
-        kt = 0
-        dt = 0.0
-        if has_t:
-            dt = abs(ts[j] - ti)
-            if dt > tmax:
-                continue
-            kt = _tbin(dt, tr)
-        k = _rbin(d2, r2, lut, scale)
-        if mode == 2:
-            wi = 1.0
-            wj = 1.0
-            if d2 > ei * ei:
-                wi = _iso_weight(xi, yi, math.sqrt(d2), win, iang, ip)
-            if both:
-                xj, yj = xs[j], ys[j]
-                ej = min(min(xj - win[0], win[1] - xj), min(yj - win[2], win[3] - yj))
-                if d2 > ej * ej:
-                    wj = _iso_weight(xj, yj, math.sqrt(d2), win, ang, pos[j])
-        elif mode == 1:
-            wi = _trans_weight(dx, dy, win)
-            wj = wi
-        else:
-            wi = 1.0
-            wj = 1.0
-        if action == 0:
-            if has_t:
-                wi *= _tweight(ti, dt, twin)
-                if both:
-                    wj *= _tweight(ts[j], dt, twin)
-            _add(hist, k, kt, li, wi)
-            if both:
-                _add(hist, k, kt, lims[j], wj)
-        elif action == 2:
-            ci[m[0]] = i
-            cj[m[0]] = jbase + j
-            ck[m[0]] = k
-            cwi[m[0]] = wi
-            cwj[m[0]] = wj if both else 0.0
-        m[0] += 1
-        pairs += 2 if both else 1
-    return pairs
-
-
-@numba.njit(cache=True)
-def _advance(ys, lo, hi, end, ylo, yhi):  # pragma: no cover - compiled
-    while lo < end and ys[lo] < ylo:
-        lo += 1
-    if hi < lo:
-        hi = lo
-    while hi < end and ys[hi] <= yhi:
-        hi += 1
-    return lo, hi
-
-
-@numba.njit(cache=True, nogil=True)
-def _sweep(ox, oy, ot, olim, ostart, opos, oang, hx, hy, ht, hstart, hpos, hang, reach, ywin, r2, lut, scale, tr,
-           mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj):  # pragma: no cover - compiled
-    """Column sweep: owned points against later owned points (own column,
-    then the ``reach`` columns to the right; each unordered pair once, both
-    directions) and against the halo (``reach`` columns either side, this
-    side's direction only).  Per column, y-window pointers only move forward.
-    Returns the number of ordered pairs (action 0) or spatial pairs (1, 2)."""
-    ncol = ostart.shape[0] - 1
-    no = ox.shape[0]
-    olo = np.empty(reach + 1, np.int64)
-    ohi = np.empty(reach + 1, np.int64)
-    hlo = np.empty(2 * reach + 1, np.int64)
-    hhi = np.empty(2 * reach + 1, np.int64)
-    m = np.zeros(1, np.int64)
-    total = 0
-    for cx in range(ncol):
-        for s in range(reach + 1):
-            nx = min(cx + s, ncol - 1)
-            olo[s] = ostart[nx]
-            ohi[s] = ostart[nx]
-        for s in range(2 * reach + 1):
-            nx = min(max(cx - reach + s, 0), ncol - 1)
-            hlo[s] = hstart[nx]
-            hhi[s] = hstart[nx]
-        end_c = ostart[cx + 1]
-        for i in range(ostart[cx], end_c):
-            xi, yi, li = ox[i], oy[i], olim[i]
-            ti = ot[i] if has_t else 0.0
-            ylo, yhi = yi - ywin, yi + ywin
-            b = i + 1
-            while b < end_c and oy[b] <= yhi:
-                b += 1
-            ip = opos[i]
-            total += _visit(i, xi, yi, ti, li, oang, ip, ox, oy, ot, olim, opos, oang, i + 1, b, True, 0, r2, lut,
-                            scale, tr, mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj, m)
-            for s in range(1, reach + 1):
-                nx = cx + s
-                if nx >= ncol:
-                    break
-                olo[s], ohi[s] = _advance(oy, olo[s], ohi[s], ostart[nx + 1], ylo, yhi)
-                total += _visit(i, xi, yi, ti, li, oang, ip, ox, oy, ot, olim, opos, oang, olo[s], ohi[s], True, 0,
-                                r2, lut, scale, tr, mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj, m)
-            for s in range(2 * reach + 1):
-                nx = cx - reach + s
-                if nx < 0 or nx >= ncol or hstart[nx] == hstart[nx + 1]:
-                    continue
-                hlo[s], hhi[s] = _advance(hy, hlo[s], hhi[s], hstart[nx + 1], ylo, yhi)
-                total += _visit(i, xi, yi, ti, li, oang, ip, hx, hy, ht, olim, hpos, hang, hlo[s], hhi[s], False,
-                                no, r2, lut, scale, tr, mode, has_t, win, twin, hist, action, ci, cj, ck, cwi, cwj, m)
-    return total if action == 0 else m[0]
-
-
-@numba.njit(cache=True, nogil=True)
-def _hist_from_cache(pi, pj, kr, wij, wji, t, tr, twin, hist):  # pragma: no cover - compiled
-    """Space-time histogram of cached spatial pairs under times ``t``."""
-    tmax = tr[tr.shape[0] - 1]
-    for m in range(pi.shape[0]):
-        ti = t[pi[m]]
-        tj = t[pj[m]]
-        dt = abs(tj - ti)
-        if dt > tmax:
-            continue
-        kt = _tbin(dt, tr)
-        hist[kr[m], kt] += wij[m] * _tweight(ti, dt, twin)
-        if wji[m] != 0.0:
-            hist[kr[m], kt] += wji[m] * _tweight(tj, dt, twin)
 
 
 # --------------------------------------------------------------------------

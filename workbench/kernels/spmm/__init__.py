@@ -54,7 +54,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, rows_of
+from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, resilient, rows_of
 from .cpu import _split_tiles_nb  # noqa: F401  (re-exported, with _split_tiles_xp: tests compare the two)
 from .ranks import (
     _Layout,
@@ -70,6 +70,7 @@ __all__ = ["spmm", "spgemm", "validate_spmm", "SparseResult", "ALGORITHMS", "tra
 ALGORITHMS = ("stationary-c", "stationary-a", "summa", "work-stealing")
 
 
+@resilient
 def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | None = None, client: Any = None,
          return_stats: bool | None = None, seed: int = 0) -> Any:
     """Distributed ``A @ B`` for sparse A (m x n) and dense B (n x k).
@@ -136,6 +137,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     return (C, C.stats) if return_stats else C
 
 
+@resilient
 def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = None) -> Any:
     """Distributed sparse ``A @ B`` (stationary-C with partial-sum accumulation).
 
