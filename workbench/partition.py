@@ -643,6 +643,14 @@ def _lost_reason(exc: BaseException, client: Any, containers: list, known: set[s
         gone = lost_workers(sorted(known | {w for c in containers for w in c.workers}), client)
         if gone:
             return f"worker(s) {gone} left the cluster"
+    elif isinstance(exc, ValueError) and containers:
+        # e.g. distribute(..., workers=container.workers) refusing a worker that died a moment ago,
+        # before the client saw the container's partition cancelled
+        from .comms import lost_workers
+
+        gone = lost_workers(sorted({w for c in containers for w in c.workers}), client)
+        if gone:
+            return f"worker(s) {gone} left the cluster"
     return None
 
 
