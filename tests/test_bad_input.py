@@ -173,8 +173,13 @@ RIPLEY = [
     Case("unsorted-radii", lambda c, d: wb.ripley_k(d.pts, [0.2, 0.1], window=_W, client=c), ValueError,
          r"\bradii\b"),
     Case("nan-radii", lambda c, d: wb.ripley_k(d.pts, [0.1, np.nan], window=_W, client=c), ValueError, r"\bradii\b"),
-    Case("string-radii", lambda c, d: wb.ripley_k(d.pts, ["0.1", "a"], window=_W, client=c), (TypeError, ValueError),
+    Case("string-radii", lambda c, d: wb.ripley_k(d.pts, ["0.1", "0.2"], window=_W, client=c), TypeError,
          r"\bradii\b"),
+    Case("complex-radii", lambda c, d: wb.ripley_k(d.pts, np.array([0.1, 0.2], complex), window=_W, client=c),
+         TypeError, r"\bradii\b"),
+    Case("string-times", lambda c, d: wb.ripley_k(d.pts, [0.1], window=_W, times=np.full(len(d.pts), "1"),
+                                                  time_window=(0, 2), time_radii=[0.5], client=c), TypeError,
+         r"\btimes\b"),
     Case("empty-radii", lambda c, d: wb.ripley_k(d.pts, [], window=_W, client=c), ValueError, r"\bradii\b"),
     Case("outside-window", lambda c, d: wb.ripley_k(d.pts + 1.0, [0.1], window=_W, client=c), ValueError,
          r"\bwindow\b"),
@@ -287,13 +292,7 @@ TABLE = {"bfs": BFS, "color": COLOR, "knn_graph": KNN, "ripley_k": RIPLEY, "spmm
          "tridiag_solve": TRIDIAG, "fftn": FFT, "distribute": DISTRIBUTE, "cluster": CLUSTER}
 
 
-#: Gaps whose fix waits for the kernel's package split to land (the validation code moves there).
-PENDING = {"ripley_k-string-points", "ripley_k-complex-points"}
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, id=f"{k}-{c.id}", marks=[pytest.mark.xfail(strict=True, reason="ripley: fix after its split")]
-                 if f"{k}-{c.id}" in PENDING else []) for k, cs in TABLE.items() for c in cs])
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{k}-{c.id}") for k, cs in TABLE.items() for c in cs])
 def test_bad_input_is_named(clients, data, case):
     client = clients(N_WORKERS)
     before = _quiet_state(client)

@@ -64,7 +64,7 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks, resilient
+from ...partition import RowBlocks, as_row_blocks, check_entries, resilient
 from .cpu import MAX_WEIGHT
 from .ranks import _ripley_rank, tile_bounds
 
@@ -240,9 +240,12 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
 
 def _sorted_radii(values: Any, name: str) -> np.ndarray:
     try:
-        a = np.asarray(values, dtype=np.float64)
+        a = np.asarray(values)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name} must be an array of numbers, got {type(values).__name__}") from e
+    if a.dtype.kind not in "biuf":  # strings of digits or complex would cast silently
+        raise TypeError(f"{name} must be an array of real numbers, got dtype {a.dtype}")
+    a = a.astype(np.float64, copy=False)
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D array, got shape {a.shape}")
     if not np.all(np.isfinite(a)):
@@ -313,16 +316,21 @@ def _check_points(points: Any, win: tuple) -> int:
     if isinstance(points, RowBlocks):
         if points.kind != "dense" or len(points.shape) != 2 or points.shape[1] != 2:
             raise ValueError(f"points must be dense (n, 2) row blocks, got {points!r}")
+        check_entries("points", points)  # the dtype; the values are checked on the workers
         n = int(points.shape[0])
     elif hasattr(points, "dask") and hasattr(points, "shape"):
         if len(points.shape) != 2 or points.shape[1] != 2:
             raise ValueError(f"points must have shape (n, 2), got {points.shape}")
+        check_entries("points", points)
         n = int(points.shape[0])
     else:
         try:
-            p = np.asarray(to_host(points), dtype=np.float64)
+            p = np.asarray(to_host(points))
         except (TypeError, ValueError) as e:
             raise TypeError(f"points must be an (n, 2) array of numbers, got {type(points).__name__}") from e
+        if p.dtype.kind not in "biuf":  # strings of digits or complex would cast silently
+            raise TypeError(f"points must be an (n, 2) array of real numbers, got dtype {p.dtype}")
+        p = p.astype(np.float64, copy=False)
         if p.ndim != 2 or p.shape[1] != 2:
             raise ValueError(f"points must have shape (n, 2), got {p.shape}")
         n = p.shape[0]
@@ -340,8 +348,12 @@ def _check_times(times: Any, twin: tuple, n: int) -> None:
     if isinstance(times, RowBlocks) or hasattr(times, "dask"):
         if tuple(times.shape) != (n,):
             raise ValueError(f"times must have shape ({n},), got {tuple(times.shape)}")
+        check_entries("times", times)
         return
-    t = np.asarray(to_host(times), dtype=np.float64)
+    t = np.asarray(to_host(times))
+    if t.dtype.kind not in "biuf":
+        raise TypeError(f"times must hold real numbers, got dtype {t.dtype}")
+    t = t.astype(np.float64, copy=False)
     if t.shape != (n,):
         raise ValueError(f"times must have shape ({n},), got {t.shape}")
     if not np.all(np.isfinite(t)):
