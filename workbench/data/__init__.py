@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .datasets import SPATSTAT_PATTERNS, PointPattern, digits, spatstat_data_dir, spatstat_names, spatstat_pattern
 from .loaders import load_edgelist, load_mtx, mtx_header
 
 __all__ = [
@@ -36,6 +37,12 @@ __all__ = [
     "load_edgelist",
     "load_mtx",
     "mtx_header",
+    "spatstat_pattern",
+    "spatstat_names",
+    "spatstat_data_dir",
+    "PointPattern",
+    "SPATSTAT_PATTERNS",
+    "digits",
     "EDGE_BLOCK",
 ]
 
