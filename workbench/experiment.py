@@ -298,6 +298,24 @@ def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
     return f"{where} ({first.strip()[:80]!r}) raised {ename}: {evalue}", idx
 
 
+def _final_paths(prov: dict, staging: Path, final: Path) -> None:
+    """The run executes in ``staging`` and is renamed to ``final``: record where it ends up."""
+    prov["run_dir"] = str(final)
+    params = prov.get("parameters") or {}
+    if params.get("output_dir") == str(staging):
+        prov["parameters"] = {**params, "output_dir": str(final)}
+
+
+def _default_kernel() -> str:
+    """``workbench`` (the kernelspec ``make setup`` installs, which the notebooks name) when installed."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        return "workbench" if "workbench" in KernelSpecManager().find_kernel_specs() else "python3"
+    except Exception:
+        return "python3"
+
+
 def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | None = None,
         parameters: dict | None = None, kernel_name: str | None = None, progress: bool = True,
         timeout: int | None = None, root: Path | None = None) -> Path:
@@ -314,7 +332,8 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     parameters : dict, optional
         Overrides on top of the profile's parameters.
     kernel_name : str, optional
-        Jupyter kernel (default: this interpreter's ``python3`` kernel).
+        Jupyter kernel (default: ``workbench`` when that kernelspec is
+        installed, as ``make setup`` does, else this interpreter's ``python3``).
     progress : bool
         Show papermill's per-cell progress bar.
     timeout : int, optional
@@ -353,7 +372,7 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     error: Exception | None = None
     try:
         pm.execute_notebook(str(cfg["notebook_path"]), str(out_nb), parameters=params,
-                            kernel_name=kernel_name or "python3", progress_bar=progress, cwd=str(root),
+                            kernel_name=kernel_name or _default_kernel(), progress_bar=progress, cwd=str(root),
                             execution_timeout=timeout, log_output=False, request_save_on_cell_execute=False)
     except Exception as e:  # papermill's PapermillExecutionError, or kernel death
         error = e
@@ -375,13 +394,15 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
         msg, idx = _describe_failure(error, out_nb)
         prov["error"] = msg
         failed = exp_dir / f"failed-{run_id}"
+        _final_paths(prov, staging, failed)
         (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
         staging.rename(failed)
         raise ExperimentFailed(f"experiment {cfg['name']!r} (profile {profile}) failed: {msg}; "
                                f"partial run kept in {failed}", cell_index=idx, run_dir=failed) from error
 
-    (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
     final = exp_dir / run_id
+    _final_paths(prov, staging, final)
+    (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
     staging.rename(final)
     latest = exp_dir / "latest"
     tmp_link = exp_dir / f".latest-{run_id}"
