@@ -42,6 +42,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"FAILED {name}: {res}", file=sys.stderr)
         else:
             print(f"ok     {name}: {res}")
+    from .report import write_gallery
+
+    print(f"gallery: {write_gallery(args.results)}")
     return 1 if failed else 0
 
 
