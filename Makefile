@@ -1,6 +1,7 @@
 # workbench: two commands on a fresh machine
 #   make figures   # set up the environment if needed, regenerate every figure (PROFILE=ci|laptop|gpu)
 #   make test      # lint + the test suite (executes the notebooks with the ci profile)
+#   make test-fast # the same without the tests marked slow; make test-gpu on a machine with a GPU
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -15,7 +16,7 @@ APT_INSTALL := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUD
 
 LAB_PORT ?= 8888
 
-.PHONY: setup figures test lint bench lab report setup-browser setup-r list clean distclean
+.PHONY: setup figures test test-fast test-gpu lint bench lab report setup-browser setup-r list clean distclean
 
 setup: $(STAMP)
 
@@ -36,6 +37,16 @@ list: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The quick loop while editing: everything but the tests marked slow (still part of make test).
+test-fast: setup lint
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# On a machine with a CUDA GPU: the @pytest.mark.gpu tests and all seven kernels validated on a
+# device cluster (tools/gpu_check.sh adds the device benchmarks and writes a CSV).
+test-gpu: setup
+	$(BIN)/python -m pytest -q -m gpu $(PYTEST_ARGS)
+	$(BIN)/python tools/gpu_validate.py --backend gpu --size small --csv results/gpu-check/test-gpu.csv
 
 lint: setup
 	$(BIN)/ruff check workbench tests benchmarks tools

@@ -17,7 +17,8 @@ import numpy as np
 
 import workbench as wb
 from workbench.cluster import worker_addresses
-from workbench.kernels.bfs import harmonic_stats, run_peers
+from workbench.kernels.bfs import harmonic_stats
+from workbench.peers.bfs import run_peers
 
 PROFILES = {
     "ci": {"scale": 10, "edgefactor": 16, "n_roots": 8, "calls": 2},
@@ -60,10 +61,4 @@ def run(client, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    import pandas as pd
-
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        print(pd.DataFrame(run(c, prof)).to_string(index=False))
+    wb.bench.script_main(run)

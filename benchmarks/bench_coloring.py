@@ -43,8 +43,4 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        print(wb.bench.ratio_table(run(c, prof)).to_string())
+    wb.bench.script_main(run)

@@ -21,7 +21,6 @@ Run alone::
 from __future__ import annotations
 
 import gc
-import sys
 from typing import Any
 
 import numpy as np
@@ -128,8 +127,4 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        out = run(c, prof)
-    for r in out:
-        print({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items() if key != "per_rank"})
+    wb.bench.script_main(run)

@@ -18,7 +18,6 @@ Run alone::
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -124,8 +123,4 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        table = wb.bench.ratio_table(run(c, prof))
-    cols = ["name", "median_s", "cpu_s", "speedup", "recall", "target", "meets_target"]
-    print(table[[c for c in cols if c in table]].to_string(index=False))
+    wb.bench.script_main(run)

@@ -79,9 +79,4 @@ def run(client, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        out = run(c, prof)
-    print(wb.bench.ratio_table(out).drop(columns=["min_s", "max_s"]).to_string())
+    wb.bench.script_main(run)

@@ -16,7 +16,6 @@ Run alone::
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -86,9 +85,4 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
 
 
 if __name__ == "__main__":
-    prof = sys.argv[1] if len(sys.argv) > 1 else "laptop"
-    with wb.cluster(n_workers=2, quiet=True) as c:
-        out = run(c, prof)
-    for r in out:
-        print({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()
-               if key not in ("min_s", "max_s", "repeats", "role")})
+    wb.bench.script_main(run)

@@ -26,10 +26,14 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"GPU test: {reason}"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def clients():
-    """``clients(n)``: a Client on an n-worker local CPU cluster, started once per
-    test module and closed when the module finishes.
+    """``clients(n, backend="cpu")``: a Client on an n-worker local cluster of that
+    backend ("cpu" or "gpu-sim"), started once per test session, shared by every
+    module, and closed when the session ends.  The one asked for becomes the
+    default client, so ``client=None`` and dask's ``.compute()`` reach it.
+
+    Tests that kill workers start clusters of their own.
 
     Example::
 
@@ -39,15 +43,14 @@ def clients():
     """
     from workbench.cluster import cluster
 
-    open_: dict[int, tuple] = {}
+    open_: dict[tuple[int, str], tuple] = {}
 
-    def get(n: int):
-        if n not in open_:
-            cm = cluster("cpu", n_workers=n, threads_per_worker=1, quiet=True, memory_limit="4GiB")
-            open_[n] = (cm, cm.__enter__())
-        client = open_[n][1]
-        # Several clusters live in one module: make the one asked for the default, so
-        # client=None and dask's .compute() reach the cluster that holds the futures.
+    def get(n: int, backend: str = "cpu"):
+        key = (n, backend)
+        if key not in open_:
+            cm = cluster(backend, n_workers=n, threads_per_worker=1, quiet=True, memory_limit="4GiB")
+            open_[key] = (cm, cm.start())
+        client = open_[key][1]
         from distributed.client import _set_global_client
 
         _set_global_client(client)
@@ -55,10 +58,10 @@ def clients():
 
     yield get
     for cm, _ in open_.values():
-        cm.__exit__(None, None, None)
+        cm.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client(clients):
-    """A 2-worker cluster's client (module-scoped)."""
+    """The shared 2-worker CPU cluster's client."""
     return clients(2)

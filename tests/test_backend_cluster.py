@@ -106,3 +106,55 @@ def test_empty_pools_large_host_buffers():
     assert isinstance(small, np.ndarray) and small.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
     del b
     _HOST_POOL.clear()
+
+
+def _axpy_on_worker(n: int) -> tuple:
+    import _cuda_axpy
+    import numba
+
+    from workbench.backend import device_kind, launch, synchronize
+
+    x, y, out = np.arange(n, dtype=np.float64), np.ones(n), np.zeros(n)
+    if device_kind() == "cpu":
+        with pytest.raises(RuntimeError, match="device path"):
+            launch(_cuda_axpy.axpy, n, 2.0, x, y, out)
+    else:
+        launch(_cuda_axpy.axpy, n, 2.0, x, y, out)
+        synchronize(out)
+    return device_kind(), bool(numba.config.ENABLE_CUDASIM), out
+
+
+def test_gpu_sim_cluster_runs_device_kernels_in_the_simulator(clients):
+    import os
+
+    from workbench.cluster import backend_of
+
+    before = {k: os.environ.get(k) for k in ("NUMBA_ENABLE_CUDASIM", "WORKBENCH_BACKEND")}
+    client = clients(2, backend="gpu-sim")
+    assert backend_of(client) == "gpu-sim"
+    got = client.run(_axpy_on_worker, 300)     # grid-stride: 64 simulated threads cover 300 items
+    assert len(got) == 2
+    for kind, sim, out in got.values():
+        assert (kind, sim) == ("gpu-sim", True)
+        np.testing.assert_array_equal(out, 2.0 * np.arange(300) + 1.0)
+    # the simulator is the workers' business: the client's environment is as it was
+    assert {k: os.environ.get(k) for k in before} == before
+    # and a CPU cluster's workers take the host path
+    kind, sim, _ = next(iter(clients(1).run(_axpy_on_worker, 4).values()))
+    assert kind == "cpu" and not sim
+
+
+def test_gpu_sim_needs_one_thread_per_worker():
+    with pytest.raises(ValueError, match="threads_per_worker=1"):
+        wb.cluster("gpu-sim", n_workers=1, threads_per_worker=2)
+
+
+def test_cluster_start_lives_until_close():
+    cm = wb.cluster("cpu", n_workers=1, quiet=True)
+    assert "not started" in repr(cm)
+    client = cm.start()
+    assert cm.start() is client                    # idempotent
+    assert client.submit(lambda: 41 + 1).result() == 42
+    cm.close()
+    assert client.status == "closed"
+    cm.close()                                      # idempotent

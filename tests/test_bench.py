@@ -40,3 +40,15 @@ def test_probes_on_a_cluster(client):
     assert rt["median_s"] > 0
     pp = bench.comms_pingpong(client, sizes=[8, 1 << 16], repeat=2)
     assert [r["bytes"] for r in pp] == [8, 1 << 16] and all(r["one_way_s"] > 0 for r in pp)
+
+
+def test_script_main_runs_a_benchmark_on_its_own_cluster(capsys):
+    from workbench.cluster import worker_addresses
+
+    def run(client, profile="laptop"):
+        return [{"name": f"{profile} on {len(worker_addresses(client))}", "median_s": 0.5, "speedup": 2.0}]
+
+    rows = bench.script_main(run, ["ci", "--workers", "1"])
+    assert rows[0]["name"] == "ci on 1"
+    out = capsys.readouterr().out
+    assert "ci on 1" in out and "speedup" in out

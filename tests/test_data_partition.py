@@ -122,3 +122,37 @@ def test_distribute_bad_input(client):
         wb.distribute(np.ones((3, 3)), client=client, partition="3d")
     with pytest.raises(ValueError, match="grid"):
         wb.distribute(sp.eye(4, format="csr"), client=client, partition="2d", grid=(3, 3))
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_check_symmetric_once_per_container(clients, n_workers, monkeypatch):
+    from workbench.partition import check_symmetric, distribute, pattern_hashes
+
+    client = clients(n_workers)
+    checks = []
+    submit = client.submit
+    monkeypatch.setattr(client, "submit", lambda fn, *a, **k: (checks.append(fn), submit(fn, *a, **k))[1])
+    A = wb.data.rmat(8, seed=3)
+    G = distribute(A, client=client)
+    assert G.symmetric is None
+    assert check_symmetric(G, client) is True and G.symmetric is True
+    assert checks.count(pattern_hashes) == n_workers     # one tiny task per block
+    assert check_symmetric(G, client) is True
+    assert checks.count(pattern_hashes) == n_workers     # remembered: no second check
+    # one missing reverse edge, one extra one-way edge, or a transposed pair: all caught
+    coo = A.tocoo()
+    drop = sp.csr_matrix((coo.data[1:], (coo.row[1:], coo.col[1:])), shape=A.shape)
+    one_way = (A + sp.csr_matrix(([1.0], ([0], [A.shape[0] - 1])), shape=A.shape)).tocsr()
+    if A[0, A.shape[0] - 1]:
+        one_way = drop
+    for bad in (drop, one_way):
+        Gb = distribute(bad, client=client)
+        assert check_symmetric(Gb, client) is False and Gb.symmetric is False
+    G2 = distribute(A, client=client, partition="2d") if n_workers > 1 else None
+    if G2 is not None:
+        assert check_symmetric(G2, client) is True
+    # a non-square matrix is never symmetric, and nothing is sent
+    R = distribute(sp.random(6, 4, density=0.5, format="csr", random_state=0), client=client)
+    assert check_symmetric(R, client) is False
+    fwd, bwd, nnz = pattern_hashes(A, 0)
+    assert fwd == bwd and nnz == A.nnz

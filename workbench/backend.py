@@ -8,6 +8,7 @@ works on machines without it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -27,7 +28,21 @@ __all__ = [
     "synchronize",
     "gpu_available",
     "require_gpu",
+    "DEVICE_KINDS",
+    "ENV_DEVICE",
+    "device_kind",
+    "device_namespace",
+    "to_device",
+    "launch",
 ]
+
+#: The paths a worker's kernels can take: numba on the host, numba.cuda on a
+#: GPU (cupy arrays), numba.cuda under numba's CUDA simulator (numpy arrays).
+DEVICE_KINDS = ("cpu", "gpu", "gpu-sim")
+
+#: Set in every worker's environment by :func:`workbench.cluster` before the
+#: worker process starts: the path is a property of the worker, fixed at start.
+ENV_DEVICE = "WORKBENCH_BACKEND"
 
 
 def _cupy_if_loaded() -> ModuleType | None:
@@ -182,14 +197,82 @@ _HOST_POOL = _HostPool()
 
 def synchronize(*arrays: Any) -> None:
     """Block until device work on the arrays' device has finished (no-op on CPU)."""
-    if any(is_device_array(a) for a in arrays) or (not arrays and _cupy_if_loaded()):
-        cp = _cupy_if_loaded()
-        if cp is not None:
-            cp.cuda.get_current_stream().synchronize()
+    if any(is_device_array(a) for a in arrays) or (not arrays and _cupy_if_loaded() and gpu_available()[0]):
+        _cupy_if_loaded().cuda.get_current_stream().synchronize()
 
 
+def device_kind() -> str:
+    """The path this process's kernels take: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``.
+
+    Read from ``WORKBENCH_BACKEND``, which :func:`workbench.cluster` sets in each
+    worker's environment when the cluster starts.  A worker of a cluster started
+    elsewhere (``dask-cuda-worker``, an existing scheduler) without it takes the
+    GPU path when it runs under dask-cuda (``CUDA_VISIBLE_DEVICES`` set) and cupy
+    sees a device, else the CPU path.
+
+    Examples
+    --------
+    >>> device_kind() in DEVICE_KINDS
+    True
+    """
+    kind = os.environ.get(ENV_DEVICE)
+    if kind in DEVICE_KINDS:
+        return kind
+    if os.environ.get("CUDA_VISIBLE_DEVICES") and gpu_available()[0]:
+        return "gpu"
+    return "cpu"
+
+
+def device_namespace() -> ModuleType:
+    """The array module this process's partitions live in: cupy on a GPU worker, else numpy."""
+    return importlib.import_module("cupy") if device_kind() == "gpu" else np
+
+
+def to_device(x: Any) -> Any:
+    """``x`` in this worker's memory: moved to the GPU (dense or scipy sparse) on a
+    ``"gpu"`` worker, unchanged on ``"cpu"`` and ``"gpu-sim"`` workers (whose
+    device arrays are numpy arrays)."""
+    if device_kind() != "gpu" or is_device_array(x):
+        return x
+    import cupy as cp
+
+    if hasattr(x, "tocsr") and hasattr(x, "nnz"):  # scipy.sparse
+        import cupyx.scipy.sparse as csp
+
+        return csp.csr_matrix(x.tocsr())
+    return cp.asarray(x)
+
+
+def launch(kernel: Any, n: int, *args: Any, block: int = 256) -> None:
+    """Launch a numba.cuda grid-stride ``kernel(*args)`` covering ``n`` items.
+
+    Under the simulator each CUDA thread is a Python thread (about 1 ms per
+    thread per launch), so the grid is two blocks of 32 and the kernel's
+    grid-stride loop covers the data.  On a GPU the grid is sized for ``n``
+    (capped at 32 blocks per SM) and the kernel runs on cupy's current stream,
+    so cupy work before and after it is ordered with it.  Asynchronous on a GPU:
+    :func:`synchronize` before the host reads results or a task returns.
+    """
+    import numba
+
+    if device_kind() == "cpu":
+        raise RuntimeError("launch() runs numba.cuda kernels on the device path ('gpu' or 'gpu-sim' workers); "
+                           "this process is a CPU worker: call the kernel's cpu.py twin")
+    if numba.config.ENABLE_CUDASIM:
+        kernel[2, 32](*args)
+        return
+    import cupy as cp
+    from numba import cuda
+
+    stream = cp.cuda.get_current_stream()
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    grid = max(1, min(-(-max(int(n), 1) // block), 32 * sms))
+    kernel[grid, block, cuda.external_stream(stream.ptr)](*args)
+
+
+@functools.cache
 def gpu_available() -> tuple[bool, str]:
-    """Whether the GPU backend can run here, and if not, what is missing."""
+    """Whether the GPU backend can run here, and if not, what is missing (asked once per process)."""
     try:
         cp = importlib.import_module("cupy")
     except Exception as e:  # ImportError, or a broken CUDA install

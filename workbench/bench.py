@@ -262,3 +262,45 @@ def comms_pingpong(client: Any = None, *, sizes: Sequence[int] = (8, 1 << 10, 1 
 
 def as_dict(t: Timing) -> dict:
     return asdict(t)
+
+
+# --------------------------------------------------------------------------
+# Benchmark scripts
+# --------------------------------------------------------------------------
+
+_SHOW = ("name", "median_s", "speedup", "target", "meets_target")
+
+
+def show_rows(rows: Sequence[dict], columns: Sequence[str] = _SHOW) -> str:
+    """The columns of ``rows`` worth reading at a glance, as a text table."""
+    df = ratio_table(rows)
+    cols = [c for c in columns if c in df] or list(df.columns)
+    return df[cols].to_string(index=False)
+
+
+def script_main(run: Callable[..., list[dict]], argv: Sequence[str] | None = None,
+                columns: Sequence[str] = _SHOW) -> list[dict]:
+    """The ``__main__`` of a ``benchmarks/bench_<kernel>.py`` script.
+
+    ``python benchmarks/bench_fft.py [PROFILE] [--workers N] [--backend B]``
+    starts a local cluster, calls ``run(client, profile=PROFILE)`` and prints
+    its rows.  ``python -m workbench bench`` runs the same ``run`` functions.
+
+    Examples
+    --------
+    >>> if __name__ == "__main__":                      # doctest: +SKIP
+    ...     wb.bench.script_main(run)
+    """
+    import argparse
+
+    from .cluster import cluster
+
+    p = argparse.ArgumentParser(description=(run.__module__ or "benchmark"))
+    p.add_argument("profile", nargs="?", default="laptop", choices=["ci", "laptop", "large", "gpu"])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--backend", default="cpu", choices=["cpu", "gpu", "gpu-sim", "auto"])
+    args = p.parse_args(argv)
+    with cluster(args.backend, n_workers=args.workers, quiet=True) as client:
+        rows = run(client, profile=args.profile)
+    print(show_rows(rows, columns))
+    return rows

@@ -18,23 +18,186 @@ from typing import Any
 
 from . import backend as _backend
 
-__all__ = ["cluster", "backend_of", "default_client", "worker_addresses"]
+__all__ = ["Cluster", "cluster", "backend_of", "default_client", "worker_addresses", "client_hooks"]
 
-_BACKENDS = ("cpu", "gpu", "auto")
+_BACKENDS = ("cpu", "gpu", "gpu-sim", "auto")
 
 
 def _validate(backend: str, n_workers: int | None, threads_per_worker: int, address, scheduler_file):
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    if n_workers is not None and (not isinstance(n_workers, int) or n_workers < 1):
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
         raise ValueError(f"n_workers must be a positive int or None, got {n_workers!r}")
-    if not isinstance(threads_per_worker, int) or threads_per_worker < 1:
+    if isinstance(threads_per_worker, bool) or not isinstance(threads_per_worker, int) or threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be a positive int, got {threads_per_worker!r}")
+    if backend == "gpu-sim" and threads_per_worker != 1:
+        raise ValueError("backend='gpu-sim' needs threads_per_worker=1: numba's CUDA simulator runs one kernel "
+                         f"per process at a time, got threads_per_worker={threads_per_worker}")
     if address is not None and scheduler_file is not None:
         raise ValueError("pass at most one of address= and scheduler_file=")
 
 
+def _require_simulator() -> None:
+    """Raise naming what is missing for ``backend="gpu-sim"``."""
+    try:
+        import numba  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(f"backend='gpu-sim' needs numba (its CUDA simulator): {e}") from e
+    import importlib.util
+
+    if importlib.util.find_spec("numba.cuda") is None:
+        raise RuntimeError("backend='gpu-sim' needs numba.cuda (numba's CUDA simulator); this numba has none")
+
+
 @contextlib.contextmanager
+def _worker_environ(kind: str) -> Iterator[None]:
+    """Set the variables that fix a worker's path before its process starts.
+
+    ``distributed.nanny.pre-spawn-environ`` is applied before the worker process
+    is spawned (a Nanny's ``env=`` arrives after the child has re-imported
+    ``__main__``, too late for numba, which reads ``NUMBA_ENABLE_CUDASIM`` once
+    at import).  The nanny applies it to this process's ``os.environ`` too, so
+    the client's environment is restored afterwards.
+    """
+    import dask
+
+    env = {_backend.ENV_DEVICE: kind, "NUMBA_ENABLE_CUDASIM": "1" if kind == "gpu-sim" else "0"}
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in env.items()}):
+            yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _worker_kind() -> tuple[str, bool]:
+    import sys as _sys
+
+    numba = _sys.modules.get("numba")
+    if numba is None:
+        import numba
+    return _backend.device_kind(), bool(numba.config.ENABLE_CUDASIM)
+
+
+class Cluster:
+    """A Dask cluster (local or existing) and its client.
+
+    Use it as a context manager (``with wb.cluster(...) as client:``), or call
+    :meth:`start` for a cluster that lives as long as the Python process or
+    notebook kernel (closed at exit, or by :meth:`close`).
+
+    Examples
+    --------
+    >>> client = cluster("cpu", n_workers=2).start()      # doctest: +SKIP
+    >>> client.dashboard_link                              # doctest: +SKIP
+    """
+
+    def __init__(self, backend: str = "cpu", n_workers: int | None = None, threads_per_worker: int = 1,
+                 address: str | None = None, scheduler_file: str | None = None, *, quiet: bool = False,
+                 **kwargs: Any) -> None:
+        _validate(backend, n_workers, threads_per_worker, address, scheduler_file)
+        self.backend = backend
+        self.n_workers = n_workers
+        self.threads_per_worker = threads_per_worker
+        self.address = address
+        self.scheduler_file = scheduler_file
+        self.quiet = quiet
+        self.kwargs = kwargs
+        self.client: Any = None
+        self.local_cluster: Any = None
+        self._stack: contextlib.ExitStack | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> Any:
+        """Start (or connect) and return the ``distributed.Client``; it is closed at interpreter exit."""
+        if self.client is not None:
+            return self.client
+        stack = contextlib.ExitStack()
+        try:
+            client = self._connect(stack)
+            stack.enter_context(_hooked(client))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack, self.client = stack, client
+        import atexit
+
+        atexit.register(self.close)
+        return client
+
+    def close(self) -> None:
+        """Close the client and, for a local cluster, the cluster (idempotent)."""
+        stack, self._stack, self.client = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.client is not None else "not started"
+        return f"<workbench.Cluster backend={self.backend!r} n_workers={self.n_workers} {state}>"
+
+    def _connect(self, stack: contextlib.ExitStack) -> Any:
+        from distributed import Client
+
+        kwargs = dict(self.kwargs)
+        if self.address is not None or self.scheduler_file is not None:
+            client = Client(address=self.address, scheduler_file=self.scheduler_file, **kwargs)
+            stack.callback(client.close)
+            if not self.quiet:
+                print(f"workbench: connected to {client.scheduler.address}; dashboard {client.dashboard_link}",
+                      file=sys.stderr)
+            return client
+
+        backend = self.backend
+        if backend == "auto":
+            backend = "gpu" if _backend.gpu_available()[0] else "cpu"
+        n_workers = self.n_workers
+        if backend == "gpu":
+            _backend.require_gpu(need_dask_cuda=True)
+            from dask_cuda import LocalCUDACluster
+
+            if n_workers is not None:
+                kwargs.setdefault("n_workers", n_workers)
+            with _worker_environ("gpu"):
+                lc = LocalCUDACluster(threads_per_worker=self.threads_per_worker, **kwargs)
+        else:
+            if backend == "gpu-sim":
+                _require_simulator()
+            from distributed import LocalCluster
+
+            if n_workers is None:
+                n_workers = max(1, (os.cpu_count() or 1) // self.threads_per_worker)
+            kwargs.setdefault("processes", True)
+            kwargs.setdefault("dashboard_address", ":0")
+            kwargs.setdefault("silence_logs", logging.ERROR)
+            with _worker_environ(backend):
+                lc = LocalCluster(n_workers=n_workers, threads_per_worker=self.threads_per_worker, **kwargs)
+        stack.callback(lc.close)
+        client = Client(lc)
+        stack.callback(client.close)
+        client.wait_for_workers(len(lc.workers) if hasattr(lc, "workers") else 1, timeout=120)
+        if kwargs.get("processes", True):
+            kinds = client.run(_worker_kind)
+            bad = {w: k for w, k in kinds.items() if k != (backend, backend == "gpu-sim")}
+            if bad:
+                raise RuntimeError(f"workers did not start on the {backend!r} path (kind, simulator): {bad}")
+        client._workbench_backend = backend
+        self.local_cluster = lc
+        if not self.quiet:
+            print(f"workbench: {backend} cluster with {len(worker_addresses(client))} workers; "
+                  f"dashboard {client.dashboard_link}", file=sys.stderr)
+        return client
+
+
 def cluster(
     backend: str = "cpu",
     n_workers: int | None = None,
@@ -44,20 +207,25 @@ def cluster(
     *,
     quiet: bool = False,
     **kwargs: Any,
-) -> Iterator[Any]:
-    """Context manager yielding a ``distributed.Client``.
+) -> Cluster:
+    """Start a local Dask cluster, or connect to one; use as ``with ... as client`` or ``.start()``.
 
     Parameters
     ----------
-    backend : {"cpu", "gpu", "auto"}
-        ``"cpu"`` starts a ``distributed.LocalCluster``; ``"gpu"`` a
-        ``dask_cuda.LocalCUDACluster`` (one worker per GPU); ``"auto"`` picks
-        the GPU when cupy sees a device, else the CPU.
+    backend : {"cpu", "gpu", "gpu-sim", "auto"}
+        ``"cpu"`` starts a ``distributed.LocalCluster`` whose kernels run numba
+        on the host; ``"gpu"`` a ``dask_cuda.LocalCUDACluster`` (one worker per
+        GPU, partitions in device memory); ``"gpu-sim"`` a local CPU cluster
+        whose workers take the device path (numba.cuda kernels) under numba's
+        CUDA simulator with numpy arrays, so machines without a GPU exercise
+        every device kernel (tiny inputs: each CUDA thread runs in Python);
+        ``"auto"`` picks the GPU when cupy sees a device, else the CPU.
     n_workers : int, optional
         Number of workers. Default: CPU cores / threads_per_worker (CPU), every
         visible GPU (GPU).
     threads_per_worker : int
-        Threads per CPU worker. One thread per worker is the SPMD default.
+        Threads per worker. One thread per worker is the SPMD default (and the
+        only choice under ``"gpu-sim"``).
     address, scheduler_file : str, optional
         Connect to an existing scheduler (dask-mpi, dask-jobqueue,
         ``dask-cuda-worker`` ...) instead of starting one.  Nothing is shut
@@ -66,65 +234,31 @@ def cluster(
         Do not print the dashboard link.
     **kwargs
         Passed to the cluster class (e.g. ``protocol="ucx"``,
-        ``rmm_pool_size="20GB"``, ``memory_limit``).
+        ``rmm_pool_size="20GB"``, ``CUDA_VISIBLE_DEVICES="0,1"`` for
+        ``"gpu"``; ``memory_limit`` for any).
 
-    Yields
+    Returns
+    -------
+    Cluster
+        ``with`` yields a ``distributed.Client`` (the default client inside
+        the block); ``.start()`` returns one that lives until ``.close()`` or exit.
+
+    Raises
     ------
-    distributed.Client
-        Also the current default client inside the block.
+    ValueError
+        Unknown backend or bad sizes (before anything starts).
+    RuntimeError
+        ``"gpu"`` without cupy, a device or dask-cuda; ``"gpu-sim"`` without
+        numba's simulator (the message names what is missing).
 
     Examples
     --------
     >>> with cluster("cpu", n_workers=2, quiet=True) as client:   # doctest: +SKIP
     ...     len(worker_addresses(client))
     2
+    >>> client = cluster("gpu-sim", n_workers=2).start()         # doctest: +SKIP
     """
-    _validate(backend, n_workers, threads_per_worker, address, scheduler_file)
-    from distributed import Client
-
-    if address is not None or scheduler_file is not None:
-        client = Client(address=address, scheduler_file=scheduler_file, **kwargs)
-        try:
-            if not quiet:
-                print(f"workbench: connected to {client.scheduler.address}; dashboard {client.dashboard_link}",
-                      file=sys.stderr)
-            with _hooked(client):
-                yield client
-        finally:
-            client.close()
-        return
-
-    if backend == "auto":
-        backend = "gpu" if _backend.gpu_available()[0] else "cpu"
-
-    if backend == "gpu":
-        _backend.require_gpu(need_dask_cuda=True)
-        from dask_cuda import LocalCUDACluster
-
-        if n_workers is not None:
-            kwargs.setdefault("n_workers", n_workers)
-        lc = LocalCUDACluster(threads_per_worker=threads_per_worker, **kwargs)
-    else:
-        from distributed import LocalCluster
-
-        if n_workers is None:
-            n_workers = max(1, (os.cpu_count() or 1) // threads_per_worker)
-        kwargs.setdefault("processes", True)
-        kwargs.setdefault("dashboard_address", ":0")
-        kwargs.setdefault("silence_logs", logging.ERROR)
-        lc = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, **kwargs)
-
-    client = Client(lc)
-    try:
-        client.wait_for_workers(len(lc.workers) if hasattr(lc, "workers") else 1, timeout=120)
-        if not quiet:
-            print(f"workbench: {backend} cluster with {len(worker_addresses(client))} workers; "
-                  f"dashboard {client.dashboard_link}", file=sys.stderr)
-        with _hooked(client):
-            yield client
-    finally:
-        client.close()
-        lc.close()
+    return Cluster(backend, n_workers, threads_per_worker, address, scheduler_file, quiet=quiet, **kwargs)
 
 
 #: Context-manager factories entered around every client :func:`cluster` yields
@@ -171,16 +305,19 @@ def worker_addresses(client: Any) -> list[str]:
 
 
 def backend_of(client: Any) -> str:
-    """``"gpu"`` when the cluster's workers hold GPUs (dask-cuda), else ``"cpu"``.
+    """The path the cluster's kernels take: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``.
 
-    Asked once per client (a scheduler round trip, ~5 ms here, on every kernel
-    call otherwise): a cluster's kind does not change while it has workers.
+    Known for clusters :func:`cluster` started; for others the workers are asked
+    once per client (a round trip, ~5 ms here, on every kernel call otherwise): a
+    cluster's kind does not change while it has workers.
     """
     known = getattr(client, "_workbench_backend", None)
     if known is not None:
         return known
-    info = scheduler_identity(client)["workers"]
-    kind = "gpu" if any(w.get("gpu") or "gpu" in w.get("resources", {}) for w in info.values()) else "cpu"
-    if info:
-        client._workbench_backend = kind
+    kinds = {k for k, _ in client.run(_worker_kind).values()}
+    if len(kinds) > 1:
+        raise RuntimeError(f"the cluster mixes worker kinds {sorted(kinds)}: kernels need one kind")
+    if not kinds:
+        return "cpu"  # no workers yet: ask again next time
+    client._workbench_backend = kind = kinds.pop()
     return kind

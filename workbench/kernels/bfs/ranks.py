@@ -1,0 +1,461 @@
+"""The SPMD rank bodies of the distributed BFS: the R x C layout, the per-rank
+structures built once per container, and the level-synchronous search
+(expand, local expansion, fold) with the on-worker Graph500 validation."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ... import comms
+from ...backend import device_kind, device_namespace, launch, namespace, synchronize, to_host
+from ...partition import BlockGrid, RowBlocks, block_offsets, distribute
+from . import cpu
+from .rules import _check_block
+
+# --------------------------------------------------------------------------
+# Layout: the R x C grid and who owns which vertices
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class _Layout:
+    """Rank (i, j) = i*C + j holds rows ``roffs[i]:roffs[i+1]`` and the columns
+    of pieces (i', j) for all i'; it owns vertex piece k = i*C + j
+    ``voffs[k]:voffs[k+1]`` (piece (i, j) is the j-th of C sub-blocks of row
+    block i).  So a column's frontier lives within a processor column and a
+    row's owners within a processor row, as the paper's expand/fold need."""
+
+    n: int
+    R: int
+    C: int
+    roffs: np.ndarray
+    voffs: np.ndarray
+    workers: list
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.R, self.C)
+
+
+def _make_layout(n: int, R: int, C: int, roffs: np.ndarray, workers: list) -> _Layout:
+    voffs = np.concatenate([[0]] + [roffs[i] + block_offsets(int(roffs[i + 1] - roffs[i]), C)[1:]
+                                    for i in range(R)]).astype(np.int64)
+    return _Layout(n, R, C, np.asarray(roffs, dtype=np.int64), voffs, list(workers))
+
+
+def _placed(graph: Any, client: Any, partition: str, RC: tuple[int, int]) -> tuple[Any, _Layout]:
+    """The graph as a container on the workers, and the BFS layout for it."""
+    R, C = RC
+    if not isinstance(graph, RowBlocks | BlockGrid):
+        graph = distribute(graph, client, partition="1d" if C == 1 else "2d", grid=None if C == 1 else (R, C),
+                           symmetric=True)
+    n = int(graph.shape[0])
+    if isinstance(graph, RowBlocks) and R == graph.n_parts:
+        roffs = graph.offsets
+    elif isinstance(graph, BlockGrid) and graph.grid[0] == R:
+        roffs = graph.row_offsets
+    else:
+        roffs = block_offsets(n, R)
+    return graph, _make_layout(n, R, C, roffs, graph.workers)
+
+
+def _ensure_symmetric(G: Any, client: Any) -> None:
+    """Trust ``G.symmetric`` when set; otherwise check on the workers (once)."""
+    if G.symmetric is None:
+        outs = comms.spmd(_symmetry_rank, list(_rank_sources(G)), _source_layout(G), client=client,
+                          workers=G.workers)
+        G.symmetric = bool(all(outs))
+    if not G.symmetric:
+        raise ValueError("graph must be symmetric (an undirected graph): A != A.T on the workers")
+
+
+def _source_layout(G: Any) -> dict:
+    if isinstance(G, RowBlocks):
+        return {"kind": "rows", "roffs": np.asarray(G.offsets), "coffs": np.array([0, G.shape[1]])}
+    return {"kind": "grid", "roffs": np.asarray(G.row_offsets), "coffs": np.asarray(G.col_offsets)}
+
+
+def _rank_sources(G: Any) -> list:
+    return list(G.parts)
+
+
+def _global_coo(part: Any, rank: int, src: dict) -> tuple[np.ndarray, np.ndarray]:
+    A = sp.csr_matrix(to_host(part))
+    C = len(src["coffs"]) - 1
+    i, j = (rank, 0) if src["kind"] == "rows" else divmod(rank, C)
+    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) + int(src["roffs"][i])
+    cols = A.indices.astype(np.int64) + int(src["coffs"][j])
+    keep = A.data != 0
+    return rows[keep], cols[keep]
+
+
+def _symmetry_rank(comm: Any, part: Any, src: dict) -> bool:
+    # Send every transposed entry to the rank holding that position; compare sorted key sets.
+    rows, cols = _global_coo(part, comm.rank, src)
+    n = int(src["roffs"][-1])
+    C = len(src["coffs"]) - 1
+    dest = (np.searchsorted(src["roffs"], cols, side="right") - 1) * C + \
+        (np.searchsorted(src["coffs"], rows, side="right") - 1)
+    tkeys = cols * n + rows
+    order = np.argsort(dest, kind="stable")
+    cuts = np.searchsorted(dest[order], np.arange(comm.size + 1))
+    got = comm.alltoallv([tkeys[order][cuts[r]:cuts[r + 1]] for r in range(comm.size)])
+    mine = np.sort(rows * n + cols)
+    theirs = np.sort(np.concatenate(got))
+    ok = mine.shape == theirs.shape and bool(np.array_equal(mine, theirs))
+    return bool(comm.allreduce(ok, op="and"))
+
+
+# --------------------------------------------------------------------------
+# Prepared per-rank structures (built once per container and grid, cached)
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    futures: list
+    layout: _Layout
+    seconds: float
+    bytes_moved: int
+    _deg: np.ndarray | None = None
+
+    def degrees(self, client: Any) -> np.ndarray:
+        """Degree of every vertex (for picking search keys), gathered once."""
+        if self._deg is None:
+            parts = client.gather([client.submit(_degrees_of, f, workers=[a], pure=False)
+                                   for f, a in zip(self.futures, self.layout.workers, strict=True)])
+            self._deg = np.concatenate(parts)
+        return self._deg
+
+
+def _degrees_of(prep: dict) -> np.ndarray:
+    return to_host(prep["deg"]).astype(np.int32)
+
+
+def _prepare(G: Any, client: Any, layout: _Layout) -> list:
+    """Futures of the per-rank BFS structures, built on the workers once per (container, grid)."""
+    cache = G.meta.setdefault("_bfs_prep", {})
+    rec = cache.get(layout.shape)
+    if rec is None:
+        src = _source_layout(G)
+        identity = (src["kind"] == "rows" and layout.C == 1 and np.array_equal(src["roffs"], layout.roffs))
+        t0 = time.perf_counter()
+        futs = comms.run_spmd(_prepare_rank, _rank_sources(G), src, layout, identity, client=client,
+                              workers=layout.workers, name="bfs-prepare", publish_info=True)
+        comms.wait_group(futs)
+        parts, infos = comms.split_results(futs)
+        rec = cache[layout.shape] = _Prepared(parts, layout, time.perf_counter() - t0,
+                                              sum(i["bytes_sent"] for i in infos))
+    return rec.futures
+
+
+def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -> tuple[dict, dict]:
+    i, j = divmod(comm.rank, L.C)
+    rlo, rhi = int(L.roffs[i]), int(L.roffs[i + 1])
+    nr = rhi - rlo
+    # column set of processor column j: pieces (i', j), i' = 0..R-1, concatenated
+    col_pieces = np.array([[L.voffs[ip * L.C + j], L.voffs[ip * L.C + j + 1]] for ip in range(L.R)], dtype=np.int64)
+    col_sizes = col_pieces[:, 1] - col_pieces[:, 0]
+    col_local0 = np.concatenate([[0], np.cumsum(col_sizes)]).astype(np.int64)
+    nc = int(col_local0[-1])
+    if identity:
+        csr = sp.csr_matrix(to_host(part))
+        csr = sp.csr_matrix((np.ones(csr.nnz, np.int8), csr.indices, csr.indptr), shape=(nr, nc))
+    else:
+        rows, cols = _global_coo(part, comm.rank, src)
+        k_u = np.searchsorted(L.voffs, cols, side="right") - 1
+        dest = (np.searchsorted(L.roffs, rows, side="right") - 1) * L.C + k_u % L.C
+        order = np.argsort(dest, kind="stable")
+        cuts = np.searchsorted(dest[order], np.arange(comm.size + 1))
+        rows, cols = rows[order], cols[order]
+        got = comm.alltoallv([np.stack([rows[cuts[r]:cuts[r + 1]], cols[cuts[r]:cuts[r + 1]]])
+                              for r in range(comm.size)])
+        e = np.concatenate(got, axis=1)
+        ip = (np.searchsorted(L.voffs, e[1], side="right") - 1) // L.C
+        cl = col_local0[ip] + (e[1] - col_pieces[ip, 0])
+        csr = sp.csr_matrix((np.ones(e.shape[1], np.int8), (e[0] - rlo, cl)), shape=(nr, nc))
+    csr.sort_indices()
+    csc = csr.tocsc()
+    rowc = comm.split(i, j)
+    deg_rows = rowc.allreduce(np.diff(csr.indptr).astype(np.int64))
+    olo, ohi = int(L.voffs[comm.rank]), int(L.voffs[comm.rank + 1])
+    idx_t = np.int32 if max(nr, nc) < 2**31 else np.int64
+    prep = {
+        "csr_ptr": csr.indptr.astype(np.int64), "csr_idx": csr.indices.astype(idx_t),
+        "csc_ptr": csc.indptr.astype(np.int64), "csc_idx": csc.indices.astype(idx_t),
+        "colmap": None if L.C == 1 else np.concatenate([np.arange(a, b) for a, b in col_pieces]).astype(np.int64),
+        "col_local0": col_local0, "deg": deg_rows[olo - rlo:ohi - rlo].copy(),
+        "nnz_total": int(comm.allreduce(int(csr.nnz))), "layout": L, "rlo": rlo,
+        "row_sub": (L.voffs[i * L.C:(i + 1) * L.C + 1] - rlo).astype(np.int64),
+    }
+    xp = namespace(part) if namespace(part) is not np else device_namespace()
+    if xp is not np:  # a GPU worker: the search structures live on the device from now on
+        for k in ("csr_ptr", "csr_idx", "csc_ptr", "csc_idx", "colmap", "deg"):
+            if prep[k] is not None:
+                prep[k] = xp.asarray(prep[k])
+    return prep, {"bytes_sent": comm.stats["bytes_sent"], "nnz": int(csr.nnz)}
+
+
+# --------------------------------------------------------------------------
+# The SPMD search
+# --------------------------------------------------------------------------
+
+
+def _bfs_rank(comm: Any, rank_arg: tuple, sources: list, opts: dict) -> dict:
+    prep, check = rank_arg  # check: (original row block, its first row) to validate against, or None
+    s = _Searcher(comm, prep, opts)
+    keep = opts.get("keep", True)
+    out = []
+    for src in sources:
+        parent, level, st = s.run(src)
+        if check is not None:
+            st["valid"] = s.validate(*check, parent, level, src)
+        out.append({"parent": np.array(to_host(parent)) if keep else None,
+                    "level": np.array(to_host(level)) if keep else None, "stats": st})
+    synchronize(s.parent, s.level)  # device work done before the task returns
+    return {"searches": out}
+
+
+class _Searcher:
+    """One rank's state for searches on its prepared block (buffers reused across searches)."""
+
+    def __init__(self, comm: Any, prep: dict, opts: dict):
+        self.comm, self.p, self.opts = comm, prep, opts
+        L = prep["layout"]
+        self.L = L
+        self.i, self.j = divmod(comm.rank, L.C)
+        self.rowc = comm.split(self.i, self.j) if L.C > 1 else None
+        self.colc = comm.split(self.j, self.i) if L.C > 1 else comm
+        self.xp = xp = namespace(prep["csr_idx"])
+        # The path is the worker's (fixed when the cluster started); device arrays take it on any worker.
+        self.kind = device_kind() if xp is np else "gpu"
+        self.dev = None
+        if self.kind != "cpu":
+            from . import cuda as dev  # numba.cuda is imported on the device path only
+
+            self.dev = dev
+        self.olo, self.ohi = int(L.voffs[comm.rank]), int(L.voffs[comm.rank + 1])
+        self.no = self.ohi - self.olo
+        self.nr = len(prep["csr_ptr"]) - 1
+        self.nc = len(prep["csc_ptr"]) - 1
+        self.own0 = self.olo - prep["rlo"]  # owned piece inside the row block
+        self.parent = xp.full(self.no, -1, dtype=np.int64)
+        self.level = xp.full(self.no, -1, dtype=np.int64)
+        # one byte per row for the numba twins; a 32-bit word on the device, where rows are claimed atomically
+        self.visited = xp.zeros(self.nr, dtype=bool if self.dev is None else np.int32)
+        self.fbits = xp.zeros(self.nc, dtype=bool)
+        self.out_rows = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
+        self.out_par = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
+        self.counts = xp.zeros(2, dtype=np.int64)  # a local step's queue tail and edges examined
+        self.piece_sizes = np.diff(L.voffs)
+        if self.kind != "gpu-sim":  # compile / load the local kernels outside the timed searches
+            z, seen, fb = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype), xp.ones(1, bool)
+            i0 = xp.zeros(1, self.out_rows.dtype)
+            self._local("top_down", z, i0, z[:1], visited=seen)  # vertex 0 of a one-row graph, no edges
+            self._local("bottom_up", z, i0, fb, visited=seen)
+
+    # ---- one search ------------------------------------------------------
+
+    def run(self, source: int) -> tuple[Any, Any, dict]:
+        comm, L = self.comm, self.L
+        self.parent.fill(-1)
+        self.level.fill(-1)
+        self.visited.fill(False)
+        direction, alpha, beta = self.opts["direction"], self.opts["alpha"], self.opts["beta"]
+        n = L.n
+        comm.barrier()
+        t_start = time.perf_counter()
+        b0 = comm.stats["bytes_sent"]
+        # The level-0 frontier is known everywhere: no exchange.  Only the owner knows the
+        # source's degree; it rides on the first exchange (level 0 is top-down under "auto").
+        k_src = int(np.searchsorted(L.voffs, source, side="right") - 1)
+        i_s, j_s = divmod(k_src, L.C)
+        src_deg = 0
+        if k_src == comm.rank:
+            self.parent[source - self.olo] = source
+            self.level[source - self.olo] = 0
+            src_deg = int(self.p["deg"][source - self.olo])
+        if self.i == i_s:
+            self.visited[source - self.p["rlo"]] = True
+        empty = ("ids", np.zeros(0, np.int32))
+        pieces = [empty] * L.R
+        if self.j == j_s:
+            pieces[i_s] = ("ids", np.array([source - L.voffs[k_src]], dtype=np.int32))
+        n_f, m_f = 1, 0
+        per_level = []
+        m_u = self.p["nnz_total"]
+        edges_reached, examined = 0, 0
+        mode, prev_n_f, depth = "top-down", 0, 0
+        while n_f > 0:
+            if direction == "auto":
+                if mode == "top-down" and m_f > m_u / alpha:
+                    mode = "bottom-up"
+                elif mode == "bottom-up" and n_f < n / beta and n_f <= prev_n_f:
+                    mode = "top-down"
+            else:
+                mode = direction
+            b_level = comm.stats["bytes_sent"]
+            t1 = time.perf_counter()
+            rows, par, ex = (self._top_down(pieces) if mode == "top-down" else self._bottom_up(pieces))
+            examined += ex
+            t2 = time.perf_counter()
+            new = self._fold(rows, par, depth + 1)
+            t3 = time.perf_counter()
+            prev_n_f, n_f_level, m_f_level = n_f, n_f, m_f
+            pieces, n_f, m_f, extra = self._publish(new, src_deg if depth == 0 else 0)
+            t4 = time.perf_counter()
+            # expand_s: the exchange that publishes this level's discoveries as the next frontier
+            per_level.append({"level": depth, "frontier": int(n_f_level), "frontier_edges": int(m_f_level),
+                              "direction": mode, "local_s": t2 - t1, "fold_s": t3 - t2, "expand_s": t4 - t3,
+                              "bytes": comm.stats["bytes_sent"] - b_level, "edges_examined": int(ex)})
+            per_level[-1]["frontier_edges"] += extra  # the source's degree, known after the first exchange
+            m_u -= m_f + extra
+            edges_reached += m_f + extra
+            depth += 1
+        seconds = time.perf_counter() - t_start
+        stats = {"backend": self.kind, "seconds": seconds, "levels": depth, "edges_traversed": int(edges_reached // 2),
+                 "edges_examined": int(examined), "bytes_moved": comm.stats["bytes_sent"] - b0,
+                 "per_level": per_level}
+        return self.parent, self.level, stats
+
+    # ---- expand: frontier of my column set (+ global counts) --------------
+
+    def _publish(self, front: Any, extra: int = 0) -> tuple[list, int, int, int]:
+        """Mark the new frontier visited across the processor row and gather
+        it within the processor column; counts (and ``extra``) ride along."""
+        xp = self.xp
+        n_loc = int(front.shape[0])
+        m_loc = int(self.p["deg"][front].sum()) if n_loc else 0
+        if self.rowc is None:
+            self.visited[front + self.own0] = True
+            row = (n_loc, m_loc, extra)
+        else:
+            got = self.rowc.allgather((front, n_loc, m_loc, extra))
+            sub = self.p["row_sub"]
+            for jp, g in enumerate(got):
+                self.visited[xp.asarray(g[0]) + int(sub[jp])] = True
+            row = tuple(sum(g[k] for g in got) for k in (1, 2, 3))
+        size = int(self.piece_sizes[self.comm.rank])
+        if 4 * n_loc > (size + 7) // 8:  # dense frontier: a bitmap is smaller than the ids
+            bits = xp.zeros(size, dtype=bool)
+            bits[front] = True
+            payload = ("bits", xp.packbits(bits))
+        else:
+            payload = ("ids", front.astype(np.int32) if self.no < 2**31 else front)
+        got = self.colc.allgather((payload, *row))
+        return [g[0] for g in got], *(sum(g[k] for g in got) for k in (1, 2, 3))
+
+    def _front_ids(self, pieces: list) -> Any:
+        xp = self.xp
+        c0 = self.p["col_local0"]
+        out = []
+        for ip, (kind, data) in enumerate(pieces):
+            size = int(c0[ip + 1] - c0[ip])
+            ids = xp.asarray(data) if kind == "ids" else xp.flatnonzero(xp.unpackbits(xp.asarray(data))[:size])
+            out.append(ids.astype(np.int64) + int(c0[ip]))
+        return xp.concatenate(out) if out else xp.zeros(0, np.int64)
+
+    def _front_bits(self, pieces: list) -> Any:
+        xp = self.xp
+        c0 = self.p["col_local0"]
+        fb = self.fbits
+        fb.fill(False)
+        for ip, (kind, data) in enumerate(pieces):
+            lo, hi = int(c0[ip]), int(c0[ip + 1])
+            if kind == "ids":
+                fb[xp.asarray(data).astype(np.int64) + lo] = True
+            else:
+                fb[lo:hi] = xp.unpackbits(xp.asarray(data))[:hi - lo].astype(bool)
+        return fb
+
+    # ---- local expansion ----------------------------------------------------
+
+    def _top_down(self, pieces: list) -> tuple[Any, Any, int]:
+        p = self.p
+        front = self._front_ids(pieces)
+        return self._local("top_down", p["csc_ptr"], p["csc_idx"], front)
+
+    def _bottom_up(self, pieces: list) -> tuple[Any, Any, int]:
+        p = self.p
+        fb = self._front_bits(pieces)
+        return self._local("bottom_up", p["csr_ptr"], p["csr_idx"], fb)
+
+    def _local(self, name: str, ptr: Any, idx: Any, front: Any, visited: Any = None) -> tuple[Any, Any, int]:
+        """One local step, the cpu or the cuda twin ``name``, into the reused output queue: (discovered rows,
+        their parents, edges examined).  The frontier and the queue stay where they are; only the two counts
+        come to the host."""
+        visited = self.visited if visited is None else visited
+        args = (ptr, idx, front, visited, self.out_rows, self.out_par, self.counts)
+        self.counts.fill(0)
+        if self.dev is None:
+            getattr(cpu, name)(*args)
+        else:  # top-down covers LANES threads per frontier vertex, bottom-up a thread per row
+            n = int(front.shape[0]) * self.dev.LANES if name == "top_down" else int(ptr.shape[0]) - 1
+            if n:  # nothing to launch over an empty frontier (and no zero-size device arrays to pass)
+                launch(getattr(self.dev, name), n, *args)
+        cnt, ex = (int(v) for v in to_host(self.counts))  # waits for the kernel on a GPU
+        return self.out_rows[:cnt], self.out_par[:cnt], ex
+
+    # ---- fold: discovered vertices to their owners along the processor row ---
+
+    def _fold(self, rows: Any, par: Any, depth: int) -> Any:
+        """Owners accept each discovered vertex once (first proposal wins) and
+        record its parent and level; returns the new owned frontier."""
+        xp = self.xp
+        colmap = self.p["colmap"]
+        gpar = par.astype(np.int64) if colmap is None else colmap[par]
+        rows = rows.astype(np.int64)
+        if self.rowc is None:  # 1-D: this rank owns its whole row block
+            new, newpar = rows, gpar
+        else:
+            sub = self.p["row_sub"]
+            dest = xp.searchsorted(xp.asarray(sub), rows, side="right") - 1
+            order = xp.argsort(dest, kind="stable")
+            rows, gpar, dest = rows[order], gpar[order], dest[order]
+            cuts = to_host(xp.searchsorted(dest, xp.arange(self.L.C + 1)))
+            got = self.rowc.alltoallv([(rows[cuts[k]:cuts[k + 1]] - int(sub[k]), gpar[cuts[k]:cuts[k + 1]])
+                                       for k in range(self.L.C)])
+            new = xp.concatenate([xp.asarray(g[0]) for g in got])
+            newpar = xp.concatenate([xp.asarray(g[1]) for g in got])
+            fresh = self.parent[new] < 0
+            new, newpar = new[fresh], newpar[fresh]
+            new, first = xp.unique(new, return_index=True)
+            newpar = newpar[first]
+        self.parent[new] = newpar
+        self.level[new] = depth
+        return new
+
+    # ---- validation on the workers (graph500) ---------------------------------
+
+    def validate(self, part: Any, lo: int, parent: Any, level: Any, source: int) -> bool:
+        """The five Graph500 rules on this rank's original row block (first row
+        ``lo``), with the tree allgathered on the workers (the client never sees it)."""
+        small = np.int32 if self.L.n < 2**31 else np.int64
+        full_p = np.concatenate(self.comm.allgather(to_host(parent).astype(small)))
+        full_l = np.concatenate(self.comm.allgather(to_host(level).astype(small)))
+        A = sp.csr_matrix(to_host(part))
+        counts = _check_block(A.indptr, A.indices, lo, full_p.astype(np.int64), full_l.astype(np.int64), source)
+        total = self.comm.allreduce(np.array(list(counts.values()), dtype=np.int64))
+        return bool(total.sum() == 0)
+
+
+def _merge_stats(per_rank: list[dict]) -> dict:
+    """Rank 0's timings and level trace; bytes and examined edges summed over ranks."""
+    s = dict(per_rank[0])
+    s["bytes_moved"] = int(sum(r["bytes_moved"] for r in per_rank))
+    s["edges_examined"] = int(sum(r["edges_examined"] for r in per_rank))
+    s["edges_examined_per_rank"] = [int(r["edges_examined"]) for r in per_rank]
+    lv = [dict(x) for x in s["per_level"]]
+    for k, d in enumerate(lv):
+        d["bytes"] = int(sum(r["per_level"][k]["bytes"] for r in per_rank))
+        d["edges_examined"] = int(sum(r["per_level"][k]["edges_examined"] for r in per_rank))
+    s["per_level"] = lv
+    if "valid" in s:
+        s["valid"] = bool(all(r["valid"] for r in per_rank))
+    s["teps"] = s["edges_traversed"] / s["seconds"] if s["seconds"] > 0 else float("nan")
+    return s
