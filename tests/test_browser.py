@@ -33,7 +33,7 @@ if not (shutil.which("chromium") and shutil.which("chromedriver")):
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _free_port() -> int:
@@ -47,6 +47,9 @@ def _get_json(url: str) -> object:
         return json.loads(r.read())
 
 
+_DRIVER = []   # the browser, for a screenshot when a wait times out
+
+
 def _wait(what: str, fn, timeout: float, poll: float = 0.5):
     deadline = time.monotonic() + timeout
     last = None
@@ -58,6 +61,9 @@ def _wait(what: str, fn, timeout: float, poll: float = 0.5):
         except Exception as e:  # the page or server is still coming up
             last = e
         time.sleep(poll)
+    if _DRIVER:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        _DRIVER[0].save_screenshot(str(SHOTS / "timeout.png"))
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last!r})")
 
 
@@ -70,6 +76,7 @@ def browser():
         opts.add_argument(arg)
     driver = webdriver.Chrome(options=opts, service=webdriver.ChromeService(shutil.which("chromedriver")))
     driver.set_page_load_timeout(120)
+    _DRIVER[:] = [driver]
     try:
         yield driver
     finally:
@@ -126,6 +133,7 @@ def test_notebook_runs_from_the_jupyterlab_ui(lab, browser):
     _wait("the kernel to be idle", lambda: browser.find_elements(
         By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']"),
         120)
+    time.sleep(2)
     assert not browser.find_elements(By.CSS_SELECTOR, ".jp-Dialog"), "JupyterLab asked to select a kernel"
     _menu(browser, "Run", "Run All Cells")
 

@@ -27,7 +27,9 @@ def lab_command(port: int, root: Path = ROOT, extra: list[str] | None = None) ->
     so other users of the machine cannot read it from the process list)."""
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
-           f"--MappingKernelManager.default_kernel_name={KERNEL}", "--LabApp.default_url=/lab/tree/notebooks"]
+           f"--MappingKernelManager.default_kernel_name={KERNEL}", "--LabApp.default_url=/lab/tree/notebooks",
+           # settings overrides: a notebook starts the kernel its kernelspec names without asking, no news pop-up
+           f"--LabApp.app_settings_dir={Path(__file__).resolve().parent / 'lab-settings'}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return cmd + list(extra or [])

@@ -228,6 +228,7 @@ details{margin:.4rem 0} .links{font-size:.9rem}
 .figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(480px,1fr));gap:1.2rem}
 figure{margin:0;border:1px solid #e4e4e4;border-radius:6px;padding:.6rem;background:#fafafa}
 figure img{width:100%;height:auto;background:#fff} figcaption{font-size:.85rem;color:#333}
+figcaption h1,figcaption h2,figcaption h3,figcaption h4{font-size:.95rem;margin:.35rem 0 .2rem}
 figcaption .file{font-family:monospace;color:#777}
 .failed{border:2px solid #c62828;background:#fdecea;color:#8e0000;border-radius:6px;padding:.6rem 1rem}
 .failed h3{margin-top:0;color:#c62828} .missing{color:#777;font-style:italic}
