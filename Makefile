@@ -8,8 +8,8 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PROFILE ?= laptop
 EXTRAS  ?= test,bench
-STAMP   := .stamps/setup-$(subst $(comma),-,$(EXTRAS))
 comma   := ,
+STAMP   := .stamps/setup-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends
