@@ -50,8 +50,25 @@ def _pids(client) -> dict[str, int]:
     return client.run(os.getpid)
 
 
+_KILLED: set[str] = set()
+
+
 def _kill(client, address: str) -> None:
+    _KILLED.add(address)
     os.kill(_pids(client)[address], signal.SIGKILL)
+
+
+@pytest.fixture(autouse=True)
+def _settled(client):
+    """Each test starts on a whole cluster: every worker killed before is gone from the scheduler
+    (it notices a SIGKILLed worker only when its connection drops) and its replacement has joined."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        alive = set(worker_addresses(client))
+        if len(alive) >= N_WORKERS and not alive & _KILLED:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the cluster did not recover its {N_WORKERS} workers within 120 s: {sorted(alive)}")
 
 
 class _KillInGroup(threading.Thread):
@@ -70,6 +87,7 @@ class _KillInGroup(threading.Thread):
             for w, keys in self.client.processing().items():
                 if w in self.pids and any(str(k).startswith(self.prefix) and str(k).endswith(f"-{self.rank}")
                                           for k in keys):
+                    _KILLED.add(w)
                     os.kill(self.pids[w], signal.SIGKILL)
                     self.killed = w
                     return
