@@ -21,6 +21,9 @@ from workbench import comms
 from workbench.cluster import worker_addresses
 from workbench.partition import WorkerLostWarning, lost_parts, repair
 
+# slow: runs notebooks/kills workers; make test runs it, make test-fast skips it
+pytestmark = pytest.mark.slow
+
 N_WORKERS = 3
 
 

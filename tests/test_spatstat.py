@@ -24,9 +24,10 @@ SCRIPT = HERE / "spatstat_kest.R"
 CORRECTIONS = ("none", "translation", "isotropic", "border")
 RTOL = 1e-8
 
-pytestmark = pytest.mark.skipif(wb.data.spatstat_data_dir() is None,
-                                reason="the R package spatstat.data is not installed "
-                                       "(apt-get install r-cran-spatstat.data, or make setup-r)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(wb.data.spatstat_data_dir() is None,
+                                 reason="the R package spatstat.data is not installed "
+                                        "(apt-get install r-cran-spatstat.data, or make setup-r)")]
 
 
 def _read(path: Path) -> pd.DataFrame:
