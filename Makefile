@@ -8,11 +8,15 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 PROFILE ?= laptop
 EXTRAS  ?= test,bench
-STAMP   := .stamps/setup-$(subst $(comma),-,$(EXTRAS))
 comma   := ,
+STAMP   := .stamps/setup-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends
 
-.PHONY: setup figures test test-fast test-gpu lint bench lab list clean distclean
+LAB_PORT ?= 8888
+
+.PHONY: setup figures test test-fast test-gpu lint bench lab report setup-browser setup-r list clean distclean
 
 setup: $(STAMP)
 
@@ -50,9 +54,27 @@ lint: setup
 bench: setup
 	$(BIN)/python -m workbench bench --profile $(PROFILE)
 
+# JupyterLab on 127.0.0.1:$(LAB_PORT) with a token (LAB_TOKEN= to choose it), the workbench kernel,
+# --allow-root when run as root; prints the URL with its token (tools/lab.py; the browser test starts it alike).
 lab: setup
-	@echo "Starting JupyterLab on the workbench kernel; open the URL printed below."
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --notebook-dir=. notebooks/
+	LAB_PORT=$(LAB_PORT) $(BIN)/python tools/lab.py
+
+# results/index.html from the runs already in results/ (make figures writes it at its end too).
+report: setup
+	$(BIN)/python -m workbench.report
+
+# Headless Chromium and its WebDriver for the browser tests (Debian/Ubuntu; apt as root, when missing).
+setup-browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+		echo "workbench: chromium and chromedriver present"; \
+	else \
+		$(APT_INSTALL) chromium chromium-driver; \
+	fi
+
+# R with spatstat (and its datasets) for the live Ripley's K comparison and the real point patterns.
+setup-r:
+	@if command -v Rscript >/dev/null && Rscript -e 'quit(status = !requireNamespace("spatstat", quietly = TRUE))'; \
+	then echo "workbench: R and spatstat present"; else $(APT_INSTALL) r-base-core r-cran-spatstat r-cran-spatstat.data; fi
 
 clean:
 	rm -rf results .pytest_cache .ruff_cache dask-worker-space dask-scratch-space

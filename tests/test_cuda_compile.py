@@ -24,6 +24,9 @@ MODULES = sorted(ROOT.glob("workbench/kernels/*/cuda.py"))
 _SCRIPT = r"""
 import importlib, json, sys
 from numba import cuda
+
+# slow: runs notebooks/kills workers; make test runs it, make test-fast skips it
+pytestmark = pytest.mark.slow
 out = {}
 for name in sys.argv[1:]:
     mod = importlib.import_module(name)

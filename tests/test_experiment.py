@@ -57,6 +57,8 @@ def test_good_run_then_failing_run_leaves_it_untouched(tmp_repo):
     for pkg in ("python", "numpy", "scipy", "dask", "distributed"):
         assert pkg in prov["versions"]
     assert prov["cpu_model"]
+    # the run executed in a staging directory that was renamed: provenance names where it ended up
+    assert prov["run_dir"] == str(good) and prov["parameters"]["output_dir"] == str(good)
     latest = good.parent / "latest"
     assert latest.resolve() == good.resolve()
     before = {p.name: p.read_bytes() for p in good.iterdir()}
@@ -67,7 +69,8 @@ def test_good_run_then_failing_run_leaves_it_untouched(tmp_repo):
     assert {p.name: p.read_bytes() for p in good.iterdir()} == before
     failed = [p for p in good.parent.iterdir() if p.name.startswith("failed-")]
     assert len(failed) == 1
-    assert json.loads((failed[0] / "provenance.json").read_text())["status"] == "failed"
+    fprov = json.loads((failed[0] / "provenance.json").read_text())
+    assert fprov["status"] == "failed" and fprov["run_dir"] == str(failed[0])
 
 
 def test_cli_lists_and_reports_failure(tmp_repo):

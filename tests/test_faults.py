@@ -22,6 +22,9 @@ from workbench import comms, faults
 from workbench.cluster import worker_addresses
 from workbench.partition import WorkerLostWarning, lost_parts, repair
 
+# slow: runs notebooks/kills workers; make test runs it, make test-fast skips it
+pytestmark = pytest.mark.slow
+
 N_WORKERS = 3
 
 
@@ -47,10 +50,32 @@ def test_every_public_kernel_reruns_after_a_lost_worker(name):
     assert hasattr(fn, "__wrapped__"), f"wb.{name} is not @resilient: a lost worker would end the call"
 
 
+_KILLED: set[str] = set()
+
+
+def _kill(client, address: str) -> None:
+    _KILLED.add(address)
+    faults.kill_worker(client, address)
+
+
+@pytest.fixture(autouse=True)
+def _settled(client):
+    """Each test starts on a whole cluster: every worker killed before is gone from the scheduler
+    (it notices a SIGKILLed worker only when its connection drops) and its replacement has joined."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        alive = set(worker_addresses(client))
+        if len(alive) >= N_WORKERS and not alive & _KILLED:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the cluster did not recover its {N_WORKERS} workers within 120 s: {sorted(alive)}")
+
+
 def _through_kill(client, group: str, container_or_address, call, check) -> list[int]:
     """Arm a worker to die inside the next group named ``group``, make the call that loses it, then one
     more call; ``check`` both results.  Returns their retry counts (the first must have rerun)."""
     where = container_or_address if isinstance(container_or_address, str) else container_or_address.workers[-1]
+    _KILLED.add(where)
     switch = faults.kill_in_group(client, group, where)
     retries = []
     with warnings.catch_warnings():
@@ -82,7 +107,7 @@ def test_bfs_generated_graph_survives_a_kill_mid_call_and_one_between_calls(clie
     check = _bfs_check(A, s)
     _through_kill(client, "bfs", G, lambda: wb.bfs(G, s, client=client), check)
     assert lost_parts(G, set(worker_addresses(client))) == []
-    faults.kill_worker(client, G.workers[0])  # between calls: the next call repairs the container first
+    _kill(client, G.workers[0])  # between calls: the next call repairs the container first
     time.sleep(0.5)
     r = wb.bfs(G, s, client=client)
     check(r)
@@ -143,7 +168,7 @@ def test_replicas_survive_without_the_host_copy_and_a_lost_source_is_named(clien
     D = wb.distribute(X.copy(), client=client, replicas=2)  # the client keeps no copy
     G = wb.distribute(wb.data.rmat(9, seed=1), client=client)  # the host matrix is gone at once
     assert D.workers[1] == G.workers[1]
-    faults.kill_worker(client, D.workers[1])
+    _kill(client, D.workers[1])
     time.sleep(0.5)
     assert repair(D, client) == [1]
     np.testing.assert_array_equal(D.gather(client), X)
@@ -161,6 +186,7 @@ def _sleepy(comm, _):
 def test_a_lost_rank_frees_its_peers_at_once(client):
     addrs = worker_addresses(client)
     futs = comms.run_spmd(_hang_on_rank0, [None] * len(addrs), client=client, workers=addrs, timeout=300)
+    _KILLED.add(addrs[1])
     switch = faults.kill_in_group(client, "_hang_on_rank0", addrs[1])
     t0 = time.monotonic()
     with pytest.raises(comms.WorkerLostError):

@@ -10,6 +10,9 @@ import pytest
 
 from workbench import experiment
 
+# slow: runs notebooks/kills workers; make test runs it, make test-fast skips it
+pytestmark = pytest.mark.slow
+
 
 def _has_inputs(name: str) -> bool:
     nb = nbformat.read(experiment.load_config(name)["notebook_path"], as_version=4)

@@ -8,6 +8,9 @@ import pytest
 
 from workbench import experiment
 
+# slow: runs notebooks/kills workers; make test runs it, make test-fast skips it
+pytestmark = pytest.mark.slow
+
 NAMES = experiment.list_experiments()
 
 

@@ -13,7 +13,8 @@ import nbformat
 
 def write_notebook(path: str, cells: list[tuple[str, str]]) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    # the kernel `make setup` installs from the venv; JupyterLab and papermill open the notebook on it
+    nb.metadata["kernelspec"] = {"name": "workbench", "display_name": "Python (workbench)", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     for kind, src in cells:
         src = src.strip("\n")

@@ -97,6 +97,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             print(f"ok     {name}: {res}")
     print("\n" + _usage_table(out), flush=True)
+    from .report import write_gallery
+
+    print(f"gallery: {write_gallery(args.results)}")
     return 1 if failed else 0
 
 

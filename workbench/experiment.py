@@ -402,6 +402,24 @@ def _build_only_notebook(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _final_paths(prov: dict, staging: Path, final: Path) -> None:
+    """The run executes in ``staging`` and is renamed to ``final``: record where it ends up."""
+    prov["run_dir"] = str(final)
+    params = prov.get("parameters") or {}
+    if params.get("output_dir") == str(staging):
+        prov["parameters"] = {**params, "output_dir": str(final)}
+
+
+def _default_kernel() -> str:
+    """``workbench`` (the kernelspec ``make setup`` installs, which the notebooks name) when installed."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        return "workbench" if "workbench" in KernelSpecManager().find_kernel_specs() else "python3"
+    except Exception:
+        return "python3"
+
+
 def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | None = None,
         parameters: dict | None = None, kernel_name: str | None = None, progress: bool = True,
         timeout: int | None = None, root: Path | None = None, max_minutes: float | None = None,
@@ -419,7 +437,8 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     parameters : dict, optional
         Overrides on top of the profile's parameters.
     kernel_name : str, optional
-        Jupyter kernel (default: this interpreter's ``python3`` kernel).
+        Jupyter kernel (default: ``workbench`` when that kernelspec is
+        installed, as ``make setup`` does, else this interpreter's ``python3``).
     progress : bool
         Show papermill's per-cell progress bar.
     timeout : int, optional
@@ -483,7 +502,7 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     with _env(**{ENV_RUN_DIR: str(staging), ENV_PROFILE: profile, ENV_PEER_MEMORY: peer_gb}), monitor:
         try:
             pm.execute_notebook(str(src_nb), str(out_nb), parameters=params,
-                                kernel_name=kernel_name or "python3", progress_bar=progress, cwd=str(root),
+                                kernel_name=kernel_name or _default_kernel(), progress_bar=progress, cwd=str(root),
                                 execution_timeout=timeout, log_output=False,
                                 # saved as each cell starts, so a run the monitor kills still names its cell
                                 request_save_on_cell_execute=True)
@@ -511,18 +530,22 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
             msg = f"stopped by the runner: {usage['stopped']} (it was running {msg.split(' raised ')[0]})"
         prov["error"] = msg
         failed = exp_dir / f"failed-{run_id}"
+        _final_paths(prov, staging, failed)
         (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
         staging.rename(failed)
         cls, verb = (ExperimentStopped, "was") if usage["stopped"] else (ExperimentFailed, "failed:")
         raise cls(f"experiment {cfg['name']!r} (profile {profile}) {verb} {msg}; partial run kept in {failed}",
                   cell_index=idx, run_dir=failed) from error
 
-    (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
     if build_only:
         final = exp_dir / f"build-{run_id}"
+        _final_paths(prov, staging, final)
+        (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
         staging.rename(final)
         return final
     final = exp_dir / run_id
+    _final_paths(prov, staging, final)
+    (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
     staging.rename(final)
     latest = exp_dir / "latest"
     tmp_link = exp_dir / f".latest-{run_id}"

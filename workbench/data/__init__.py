@@ -25,6 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..partition import resilient
+from .datasets import SPATSTAT_PATTERNS, PointPattern, digits, spatstat_data_dir, spatstat_names, spatstat_pattern
+from .loaders import load_edgelist, load_mtx, mtx_header
 from .sparse import random_sparse, random_sparse_bytes  # noqa: F401  (seeded sparse generator, memory linear in nnz)
 
 __all__ = [
@@ -36,6 +38,13 @@ __all__ = [
     "grid_graph",
     "load_edgelist",
     "load_mtx",
+    "mtx_header",
+    "spatstat_pattern",
+    "spatstat_names",
+    "spatstat_data_dir",
+    "PointPattern",
+    "SPATSTAT_PATTERNS",
+    "digits",
     "EDGE_BLOCK",
 ]
 
@@ -252,30 +261,3 @@ def grid_graph(shape: Sequence[int], periodic: bool = False) -> sp.csr_matrix:
         dst.append(b.ravel())
     s, d = np.concatenate(src), np.concatenate(dst)
     return _symmetric_csr(np.concatenate([s, d]), np.concatenate([d, s]), n, n)
-
-
-def load_edgelist(path: str, *, n: int | None = None, symmetrize: bool = True, comments: str = "#",
-                  zero_based: bool = True) -> sp.csr_matrix:
-    """Read a whitespace-separated edge list ("u v" per line) as CSR (loops and dups removed)."""
-    e = np.loadtxt(path, comments=comments, usecols=(0, 1), dtype=np.int64, ndmin=2)
-    if not zero_based:
-        e = e - 1
-    if e.size and e.min() < 0:
-        raise ValueError(f"{path}: negative vertex ids (zero_based={zero_based})")
-    n = int(e.max()) + 1 if n is None and e.size else int(n or 0)
-    src, dst = e[:, 0], e[:, 1]
-    if symmetrize:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    return _symmetric_csr(src, dst, n, n)
-
-
-def load_mtx(path: str, *, symmetrize: bool = False) -> sp.csr_matrix:
-    """Read a Matrix Market file as CSR (optionally symmetrised as a graph pattern)."""
-    import scipy.io
-
-    A = sp.csr_matrix(scipy.io.mmread(path))
-    if symmetrize:
-        coo = A.tocoo()
-        return _symmetric_csr(np.concatenate([coo.row, coo.col]).astype(np.int64),
-                              np.concatenate([coo.col, coo.row]).astype(np.int64), A.shape[0], A.shape[1])
-    return A

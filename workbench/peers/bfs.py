@@ -15,14 +15,24 @@ def run_peers(A: Any, roots: Any, names: Any = ("scipy", "igraph", "networkit"))
     Each peer's graph is built untimed; every search is timed with
     :func:`workbench.bench.measure` after one warm-up search.  TEPS uses the
     same edge count as :func:`graph500` (undirected edges in the traversed
-    component, from scipy's traversal order).  Peers that are not installed
-    are skipped.  ``"scipy"`` is ``csgraph.breadth_first_order(directed=True)``
+    component, from scipy's traversal order).  CPU peers that are not
+    installed are skipped.  ``"scipy"`` is ``csgraph.breadth_first_order(directed=True)``
     on the symmetric CSR (no symmetrisation inside the timed call).
+    ``"cugraph"`` (the device peer: ``cugraph.bfs`` on one GPU, each search
+    ended by a device synchronisation) gives, when cuGraph, cuDF or a CUDA
+    device is missing, one row with NaN times whose ``skipped`` says what.
 
     Returns
     -------
     list of dict
-        One row per (peer, root): ``name``, ``root``, ``seconds``, ``edges``, ``teps``.
+        One row per (peer, root): ``name``, ``root``, ``seconds``, ``edges``, ``teps``
+        (and ``skipped`` for a device peer that could not run: root -1, NaN times).
+
+    Examples
+    --------
+    >>> A = sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]]))
+    >>> [(r["name"], r["root"], r["edges"]) for r in run_peers(A, [0], ["scipy"])]
+    [('scipy', 0, 2)]
     """
     import scipy.sparse.csgraph as csgraph
 
@@ -35,6 +45,13 @@ def run_peers(A: Any, roots: Any, names: Any = ("scipy", "igraph", "networkit"))
              for r in roots}
     rows = []
     for name in names:
+        if name == "cugraph":
+            from ._device import missing
+            why = missing("cudf", "cugraph")
+            if why is not None:
+                rows.append({"name": name, "root": -1, "seconds": np.nan, "edges": 0, "teps": np.nan,
+                             "skipped": f"unavailable: {why}"})
+                continue
         search = _peer(name, A)
         if search is None:
             continue
@@ -73,7 +90,7 @@ def _peer(name: str, A: sp.csr_matrix) -> Any:
 
         def search(r):
             out = cugraph.bfs(g, r)
-            cupy.cuda.get_current_stream().synchronize()
+            cupy.cuda.Device().synchronize()  # cuGraph may run on a stream of its own
             return out
         return search
     if name not in ("scipy", "igraph", "networkit", "cugraph"):
