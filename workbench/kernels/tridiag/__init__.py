@@ -78,25 +78,41 @@ path above, which also reports bad input.  ``x.stats["path"]`` says which ran.
 
 Layout and distribution
 -----------------------
-The batch axis is the vector axis: each rank holds its rows as ``(m, V)``
-coefficient arrays and an ``(m, R, V)`` right-hand side (``V`` systems, ``R``
-right-hand sides), so each sweep step updates one contiguous row of all
-systems (the paper's interleaved layout).  Inputs may be
+Inside a rank the batch axis is the vector axis: sweeps run over rows of ``V``
+systems (the paper's interleaved layout, ``(m, V)`` coefficients and an
+``(m, R, V)`` right-hand side).  Inputs may come in three layouts; what each
+costs (``m``: a rank's rows, every figure per element of the five arrays):
 
-* host arrays in LAPACK ``gtsv`` form (a leading batch axis for batches), cut
-  on the client and scattered, one block per worker;
-* dask arrays of the same shapes, chunked anyhow along ``n``: rechunked to the
-  solver's blocks and computed on the workers (never on the client);
+* **gtsv layout** ``(batch, n)`` (``axis=-1``, the default; LAPACK's, each
+  system a contiguous row), host or dask.  The fast path: each rank takes its
+  chunks as they lie, transposes panels of 16 systems into line-major scratch
+  that stays in cache, runs the fused pass there (the same kernel, so the same
+  answers bit for bit) and writes ``x`` back into the same layout; the inputs
+  are read once and ``x`` written once, as in the line-major pass, plus the
+  in-cache transposes.  Dask arrays chunked along ``n`` are read where they
+  lie: each rank goes to the worker holding its chunks, and a sub-diagonal
+  chunked like ``d`` needs only its neighbour's one entry per system; other
+  chunkings along ``n`` are copied into one block per rank.  Dask arrays
+  chunked along the batch, and host batches of at least 8 systems per worker,
+  give each worker whole systems: no exchange at all (the blocks along the line
+  are the same, so are the answers).  Several right-hand sides, fewer than 8
+  systems, non-decaying couplings (the two-pass path) and device workers
+  transpose each rank's blocks (one extra read and write of each array).
+* **line-major arrays** ``(n, batch)`` (``axis=0``), host or dask chunked
+  along ``n``: the fused pass reads the blocks in place; the gtsv sub-diagonal
+  (``n-1`` entries, shifted by one row) and the last rank's super-diagonal are
+  copied once per rank to align them.
 * :class:`~workbench.partition.RowBlocks` in the solver's *line-major* layout
-  (rows = the line index): ``dl``, ``d``, ``du`` of shape ``(n,)`` or
-  ``(n, V)`` (``dl[0]``, ``du[n-1]`` are the periodic corners and are ignored
-  otherwise) and ``b`` of shape ``(n,)``, ``(n, V)`` or ``(n, R, V)``.  This is
-  the "already distributed" form: :func:`distribute_system` and
-  :func:`random_system` build it.
+  (rows = the line index, whatever ``axis`` says): ``dl``, ``d``, ``du`` of
+  shape ``(n,)`` or ``(n, V)`` (``dl[0]``, ``du[n-1]`` are the periodic
+  corners and are ignored otherwise) and ``b`` of shape ``(n,)``, ``(n, V)``
+  or ``(n, R, V)``: :func:`distribute_system` and :func:`random_system` build
+  them.
 
-The result is a dask array of futures pinned where they were computed: the
-user layout for host/dask inputs (transposes are lazy), line-major for
-RowBlocks inputs.  No pivoting is done (as in the paper and cuSPARSE
+The result is a dask array of futures pinned where they were computed, in the
+caller's layout and chunked as the solver split the work (along ``n``, or
+along the batch when each worker held whole systems); line-major for RowBlocks
+inputs.  No pivoting is done (as in the paper and cuSPARSE
 ``gtsv2_nopivot``): a zero pivot raises :class:`numpy.linalg.LinAlgError`.
 
 Package layout
@@ -213,7 +229,14 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
         RowBlocks use the line-major layout described in the module docstring.
     b : array_like, dask array or RowBlocks
         Right-hand sides: ``(n,)`` or ``(n, nrhs)``; batched ``(batch, n)`` or
-        ``(batch, n, nrhs)``.
+        ``(batch, n, nrhs)`` (``d``'s shape, then an optional ``nrhs`` axis).
+    axis : int
+        The axis of ``d`` along which each system runs (scipy style): ``-1``
+        (default) is gtsv's ``(batch, n)``, ``0`` takes line-major
+        ``(n, batch)`` arrays (``dl``/``du`` then ``(n-1, batch)``, ``b``
+        ``(n, batch)`` or ``(n, batch, nrhs)``).  Both go in without
+        whole-array transposes; the module docstring lists what each layout
+        and chunking costs.  RowBlocks are always line-major.
     periodic : bool
         Cyclic systems (compact schemes on periodic domains); needs ``n >= 3``.
     reduced : {"auto", "exact", "truncated"}
@@ -230,7 +253,9 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
     -------
     dask.array.Array
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
-        blocks left on the workers.  ``x.stats`` holds ``backend`` (the
+        blocks left on the workers.  ``x.stats["split"]`` says how the work was
+        cut: ``"line"`` (each worker a run of every system's rows) or
+        ``"batch"`` (each worker whole systems, ``systems_per_worker``).  ``x.stats`` holds ``backend`` (the
         workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
         ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
@@ -249,6 +274,10 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
     ...                      np.ones(n), client=client)               # doctest: +SKIP
     >>> np.asarray(x)[:2]                                              # doctest: +SKIP
     array([0.21132487, 0.15470054])
+    >>> import dask.array as da                                        # a batch, chunked along n
+    >>> d = da.full((64, n), 4.0, chunks=(64, 500)); o = da.ones((64, n - 1), chunks=(64, 500))
+    >>> x = wb.tridiag_solve(o, d, o, da.ones((64, n), chunks=(64, 500)), client=client)   # doctest: +SKIP
+    >>> xt = wb.tridiag_solve(o.T, d.T, o.T, da.ones((n, 64)), axis=0, client=client)      # doctest: +SKIP
     """
     spec = _validate_system(dl, d, du, b, periodic, reduced, engine, axis)
     client = default_client(client)
@@ -258,7 +287,7 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
 @resilient
 def compact_derivative(f: Any, h: float, *, axis: int = -1, order: int = 1, periodic: bool = True,
                        reduced: str = "auto", engine: str = "auto", client: Any = None) -> Any:
-    """Sixth-order compact first derivative along the last axis, fused with the solve.
+    """Sixth-order compact first derivative along ``axis``, fused with the solve.
 
     ``alpha f'_{i-1} + f'_i + alpha f'_{i+1} = a (f_{i+1}-f_{i-1})/(2h) + b (f_{i+2}-f_{i-2})/(4h)``
     with ``alpha = 1/3, a = 14/9, b = 1/9``.  Each rank builds its right-hand
@@ -274,6 +303,12 @@ def compact_derivative(f: Any, h: float, *, axis: int = -1, order: int = 1, peri
     f : array_like, dask array or RowBlocks
         Samples ``(n,)`` or ``(batch, n)`` (RowBlocks: line-major ``(n,)`` or
         ``(n, batch)``), ``n >= 5``.
+    axis : int
+        The axis of ``f`` to differentiate along: ``-1`` (default) for
+        ``(batch, n)``, ``0`` for line-major ``(n, batch)`` (read in place).
+        In the ``(batch, n)`` layout each rank transposes its block into the
+        solver's layout and its answer back (one extra read and write of ``f``
+        and ``f'``, in the rank, never a whole-array transpose).
     h : float
         Grid spacing (``2*pi/n`` on a periodic ``[0, 2*pi)``).
     order : int
@@ -549,8 +584,9 @@ def _validate_system(dl: Any, d: Any, du: Any, b: Any, periodic: Any, reduced: A
     for nm, x in (("dl", dl), ("du", du)):
         want = shaped(m_off)
         if tuple(x.shape) != want:
-            raise ValueError(f"{nm} must have shape {want} for d of shape {tuple(d.shape)} (axis={axis}: length "
-                             f"{'n, periodic' if periodic else 'n-1'} along the line), got {tuple(x.shape)}")
+            raise ValueError(f"{nm} must have shape {want} for d of shape {tuple(d.shape)}"
+                             f"{' (periodic: length n' if periodic else ' (length n-1'} along axis {axis}), "
+                             f"got {tuple(x.shape)}")
     lead = shaped(n)
     if tuple(b.shape[:len(lead)]) != lead or b.ndim not in (len(lead), len(lead) + 1):
         raise ValueError(f"b must have shape {lead} or {lead + ('nrhs',)}, got {tuple(b.shape)}")
