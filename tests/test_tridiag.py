@@ -489,3 +489,93 @@ def test_gpu_sim_compact_derivative(clients, n_workers):
     x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.compact_derivative(np.sin(t), t[1] - t[0],
                                                                              periodic=False, client=c))
     assert st["path"] == "two-pass" and np.sqrt(np.mean((x - np.cos(t)) ** 2)) < 1e-3
+
+
+@pytest.mark.parametrize("n_workers", [2, 3])
+@pytest.mark.parametrize("periodic", [False, True])
+def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, periodic):
+    # the gtsv layout (batch, n) and line-major (n, batch) via axis=0, host and dask, chunked along n (aligned
+    # with the workers or not) or along the batch: the same blocks along the line, so the same answers bit
+    # for bit, and those of solve_banded (dense solve for periodic systems)
+    import dask.array as da
+
+    client = clients(n_workers)
+    V, n = 48, 1500
+    dl, d, du, b = _system("dominant", n, V, None, seed=21, periodic=periodic)
+    if periodic:
+        ref = np.stack([_dense(dl[k], d[k], du[k], b[k]) for k in range(V)])
+    else:
+        ref = _oracle(dl, d, du, b)
+    mo = dl.shape[1]
+
+    def dk(arrs, chunks):
+        return [da.from_array(a, chunks=c) for a, c in zip(arrs, chunks, strict=True)]
+
+    cases = {
+        "host": (wb.tridiag_solve(dl, d, du, b, periodic=periodic, client=client), False),
+        "host axis=0": (wb.tridiag_solve(dl.T, d.T, du.T, b.T, axis=0, periodic=periodic, client=client), True),
+        "dask along n": (wb.tridiag_solve(*dk((dl, d, du, b), [(V, -(-n // n_workers))] * 4), periodic=periodic,
+                                          client=client), False),
+        "dask along n, ragged": (wb.tridiag_solve(*dk((dl, d, du, b), [(V, 377)] * 4), periodic=periodic,
+                                                  client=client), False),
+        "dask along batch": (wb.tridiag_solve(*dk((dl, d, du, b), [(16, -1)] * 4), periodic=periodic,
+                                              client=client), False),
+        "dask both ways": (wb.tridiag_solve(*dk((dl, d, du, b), [(24, 700)] * 4), periodic=periodic,
+                                            client=client), False),
+        "dask axis=0 along n": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(mo // 2, V), (n // 2, V)] * 2),
+                                                 axis=-2, periodic=periodic, client=client), True),
+        "dask axis=0 along batch": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(-1, 16)] * 4), axis=0,
+                                                     periodic=periodic, client=client), True),
+    }
+    first = None
+    for name, (x, transposed) in cases.items():
+        assert x.shape == ((n, V) if transposed else (V, n)), name
+        got = np.asarray(x)
+        got = got.T if transposed else got
+        assert x.stats["path"] == "fused", name
+        _close(got, ref)
+        first = got if first is None else first
+        assert np.array_equal(got, first), name
+    assert cases["host"][0].stats["split"] == "batch" and cases["dask along batch"][0].stats["split"] == "batch"
+    assert cases["dask along n"][0].stats["split"] == "line"
+
+
+def test_layouts_on_the_two_pass_path_and_several_rhs(clients):
+    # non-dominant systems (two-pass), several right-hand sides and one system, in both axes
+    import dask.array as da
+
+    client = clients(2)
+    V, n, R = 20, 300, 3
+    dl, d, du, b = _system("nondominant", n, V, R, seed=5)
+    ref = np.stack([_banded(dl[k], d[k], du[k], b[k]) for k in range(V)])
+    x = wb.tridiag_solve(dl, d, du, b, client=client)
+    assert x.stats["path"] == "two-pass" and x.shape == (V, n, R)
+    _close(x, ref)
+    xt = wb.tridiag_solve(dl.T, d.T, du.T, b.transpose(1, 0, 2), axis=0, client=client)
+    assert xt.shape == (n, V, R) and np.array_equal(np.asarray(xt).transpose(1, 0, 2), np.asarray(x))
+    xd = wb.tridiag_solve(*[da.from_array(a, chunks=(V, 100) + a.shape[2:]) for a in (dl, d, du, b)], client=client)
+    assert np.array_equal(np.asarray(xd), np.asarray(x))
+    one = wb.tridiag_solve(da.from_array(dl[0], chunks=101), d[0], du[0], b[0, :, 0], axis=0, client=client)
+    _close(one, ref[0, :, 0])
+    with pytest.raises(ValueError, match="axis"):
+        wb.tridiag_solve(dl, d, du, b, axis=2, client=client)
+    with pytest.raises(ValueError, match="du must have shape"):
+        wb.tridiag_solve(dl.T, d.T, du, b.transpose(1, 0, 2), axis=0, client=client)
+
+
+def test_compact_derivative_axis(clients):
+    import dask.array as da
+
+    client = clients(2)
+    n, V = 1300, 16
+    t = 2 * np.pi * np.arange(n) / n
+    f = np.sin(np.arange(1, V + 1)[:, None] * t)
+    h = 2 * np.pi / n
+    y = np.asarray(wb.compact_derivative(f, h, client=client))
+    assert np.abs(y - np.arange(1, V + 1)[:, None] * np.cos(np.arange(1, V + 1)[:, None] * t)).max() < 1e-6
+    for x, transposed in ((wb.compact_derivative(f.T, h, axis=0, client=client), True),
+                          (wb.compact_derivative(da.from_array(f, chunks=(V, 400)), h, client=client), False),
+                          (wb.compact_derivative(da.from_array(f.T, chunks=(650, V)), h, axis=0, client=client), True),
+                          (wb.compact_derivative(da.from_array(f, chunks=(8, n)), h, client=client), False)):
+        got = np.asarray(x)
+        assert np.array_equal(got.T if transposed else got, y)

@@ -78,25 +78,41 @@ path above, which also reports bad input.  ``x.stats["path"]`` says which ran.
 
 Layout and distribution
 -----------------------
-The batch axis is the vector axis: each rank holds its rows as ``(m, V)``
-coefficient arrays and an ``(m, R, V)`` right-hand side (``V`` systems, ``R``
-right-hand sides), so each sweep step updates one contiguous row of all
-systems (the paper's interleaved layout).  Inputs may be
+Inside a rank the batch axis is the vector axis: sweeps run over rows of ``V``
+systems (the paper's interleaved layout, ``(m, V)`` coefficients and an
+``(m, R, V)`` right-hand side).  Inputs may come in three layouts; what each
+costs (``m``: a rank's rows, every figure per element of the five arrays):
 
-* host arrays in LAPACK ``gtsv`` form (a leading batch axis for batches), cut
-  on the client and scattered, one block per worker;
-* dask arrays of the same shapes, chunked anyhow along ``n``: rechunked to the
-  solver's blocks and computed on the workers (never on the client);
+* **gtsv layout** ``(batch, n)`` (``axis=-1``, the default; LAPACK's, each
+  system a contiguous row), host or dask.  The fast path: each rank takes its
+  chunks as they lie, transposes panels of 16 systems into line-major scratch
+  that stays in cache, runs the fused pass there (the same kernel, so the same
+  answers bit for bit) and writes ``x`` back into the same layout; the inputs
+  are read once and ``x`` written once, as in the line-major pass, plus the
+  in-cache transposes.  Dask arrays chunked along ``n`` are read where they
+  lie: each rank goes to the worker holding its chunks, and a sub-diagonal
+  chunked like ``d`` needs only its neighbour's one entry per system; other
+  chunkings along ``n`` are copied into one block per rank.  Dask arrays
+  chunked along the batch, and host batches of at least 8 systems per worker,
+  give each worker whole systems: no exchange at all (the blocks along the line
+  are the same, so are the answers).  Several right-hand sides, fewer than 8
+  systems, non-decaying couplings (the two-pass path) and device workers
+  transpose each rank's blocks (one extra read and write of each array).
+* **line-major arrays** ``(n, batch)`` (``axis=0``), host or dask chunked
+  along ``n``: the fused pass reads the blocks in place; the gtsv sub-diagonal
+  (``n-1`` entries, shifted by one row) and the last rank's super-diagonal are
+  copied once per rank to align them.
 * :class:`~workbench.partition.RowBlocks` in the solver's *line-major* layout
-  (rows = the line index): ``dl``, ``d``, ``du`` of shape ``(n,)`` or
-  ``(n, V)`` (``dl[0]``, ``du[n-1]`` are the periodic corners and are ignored
-  otherwise) and ``b`` of shape ``(n,)``, ``(n, V)`` or ``(n, R, V)``.  This is
-  the "already distributed" form: :func:`distribute_system` and
-  :func:`random_system` build it.
+  (rows = the line index, whatever ``axis`` says): ``dl``, ``d``, ``du`` of
+  shape ``(n,)`` or ``(n, V)`` (``dl[0]``, ``du[n-1]`` are the periodic
+  corners and are ignored otherwise) and ``b`` of shape ``(n,)``, ``(n, V)``
+  or ``(n, R, V)``: :func:`distribute_system` and :func:`random_system` build
+  them.
 
-The result is a dask array of futures pinned where they were computed: the
-user layout for host/dask inputs (transposes are lazy), line-major for
-RowBlocks inputs.  No pivoting is done (as in the paper and cuSPARSE
+The result is a dask array of futures pinned where they were computed, in the
+caller's layout and chunked as the solver split the work (along ``n``, or
+along the batch when each worker held whole systems); line-major for RowBlocks
+inputs.  No pivoting is done (as in the paper and cuSPARSE
 ``gtsv2_nopivot``): a zero pivot raises :class:`numpy.linalg.LinAlgError`.
 
 Package layout
@@ -199,8 +215,8 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
 
 
 @resilient
-def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, reduced: str = "auto",
-                  engine: str = "auto", client: Any = None) -> Any:
+def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic: bool = False,
+                  reduced: str = "auto", engine: str = "auto", client: Any = None) -> Any:
     """Solve tridiagonal systems ``A x = b`` whose line is distributed over the workers.
 
     Parameters
@@ -213,7 +229,14 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
         RowBlocks use the line-major layout described in the module docstring.
     b : array_like, dask array or RowBlocks
         Right-hand sides: ``(n,)`` or ``(n, nrhs)``; batched ``(batch, n)`` or
-        ``(batch, n, nrhs)``.
+        ``(batch, n, nrhs)`` (``d``'s shape, then an optional ``nrhs`` axis).
+    axis : int
+        The axis of ``d`` along which each system runs (scipy style): ``-1``
+        (default) is gtsv's ``(batch, n)``, ``0`` takes line-major
+        ``(n, batch)`` arrays (``dl``/``du`` then ``(n-1, batch)``, ``b``
+        ``(n, batch)`` or ``(n, batch, nrhs)``).  Both go in without
+        whole-array transposes; the module docstring lists what each layout
+        and chunking costs.  RowBlocks are always line-major.
     periodic : bool
         Cyclic systems (compact schemes on periodic domains); needs ``n >= 3``.
     reduced : {"auto", "exact", "truncated"}
@@ -230,7 +253,9 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
     -------
     dask.array.Array
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
-        blocks left on the workers.  ``x.stats`` holds ``backend`` (the
+        blocks left on the workers.  ``x.stats["split"]`` says how the work was
+        cut: ``"line"`` (each worker a run of every system's rows) or
+        ``"batch"`` (each worker whole systems, ``systems_per_worker``).  ``x.stats`` holds ``backend`` (the
         workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
         ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
@@ -249,16 +274,20 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = False, r
     ...                      np.ones(n), client=client)               # doctest: +SKIP
     >>> np.asarray(x)[:2]                                              # doctest: +SKIP
     array([0.21132487, 0.15470054])
+    >>> import dask.array as da                                        # a batch, chunked along n
+    >>> d = da.full((64, n), 4.0, chunks=(64, 500)); o = da.ones((64, n - 1), chunks=(64, 500))
+    >>> x = wb.tridiag_solve(o, d, o, da.ones((64, n), chunks=(64, 500)), client=client)   # doctest: +SKIP
+    >>> xt = wb.tridiag_solve(o.T, d.T, o.T, da.ones((n, 64)), axis=0, client=client)      # doctest: +SKIP
     """
-    spec = _validate_system(dl, d, du, b, periodic, reduced, engine)
+    spec = _validate_system(dl, d, du, b, periodic, reduced, engine, axis)
     client = default_client(client)
     return _run(spec, client, mode="solve")
 
 
 @resilient
-def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = True, reduced: str = "auto",
-                       engine: str = "auto", client: Any = None) -> Any:
-    """Sixth-order compact first derivative along the last axis, fused with the solve.
+def compact_derivative(f: Any, h: float, *, axis: int = -1, order: int = 1, periodic: bool = True,
+                       reduced: str = "auto", engine: str = "auto", client: Any = None) -> Any:
+    """Sixth-order compact first derivative along ``axis``, fused with the solve.
 
     ``alpha f'_{i-1} + f'_i + alpha f'_{i+1} = a (f_{i+1}-f_{i-1})/(2h) + b (f_{i+2}-f_{i-2})/(4h)``
     with ``alpha = 1/3, a = 14/9, b = 1/9``.  Each rank builds its right-hand
@@ -274,6 +303,12 @@ def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = Tru
     f : array_like, dask array or RowBlocks
         Samples ``(n,)`` or ``(batch, n)`` (RowBlocks: line-major ``(n,)`` or
         ``(n, batch)``), ``n >= 5``.
+    axis : int
+        The axis of ``f`` to differentiate along: ``-1`` (default) for
+        ``(batch, n)``, ``0`` for line-major ``(n, batch)`` (read in place).
+        In the ``(batch, n)`` layout each rank transposes its block into the
+        solver's layout and its answer back (one extra read and write of ``f``
+        and ``f'``, in the rank, never a whole-array transpose).
     h : float
         Grid spacing (``2*pi/n`` on a periodic ``[0, 2*pi)``).
     order : int
@@ -295,7 +330,7 @@ def compact_derivative(f: Any, h: float, *, order: int = 1, periodic: bool = Tru
     >>> float(np.abs(np.asarray(df) - np.cos(x)).max()) < 1e-8               # doctest: +SKIP
     True
     """
-    spec = _validate_compact(f, h, order, periodic, reduced, engine)
+    spec = _validate_compact(f, h, order, periodic, reduced, engine, axis)
     client = default_client(client)
     return _run(spec, client, mode="compact")
 
@@ -461,6 +496,7 @@ class _Spec:
     b: Any = None
     h: float = 1.0
     compact: bool = False
+    nax: int = 0           # the line axis of d (and of b, f) for array inputs: 1 = gtsv (batch, n), 0 = (n, ...)
 
 
 def _kind(x: Any) -> str:
@@ -504,7 +540,17 @@ def _as_float(name: str, x: Any, kind: str) -> Any:
     return x
 
 
-def _validate_system(dl: Any, d: Any, du: Any, b: Any, periodic: Any, reduced: Any, engine: Any) -> _Spec:
+def _line_axis(axis: Any, ndim: int, name: str) -> int:
+    """The line axis (non-negative) of a 1-D or 2-D ``name`` from scipy-style ``axis``."""
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
+        raise TypeError(f"axis must be an int, got {axis!r}")
+    if not -ndim <= int(axis) < ndim:
+        raise ValueError(f"axis={axis} is out of range for {name} with {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+def _validate_system(dl: Any, d: Any, du: Any, b: Any, periodic: Any, reduced: Any, engine: Any,
+                     axis: Any = -1) -> _Spec:
     _check_options(periodic, reduced, engine)
     names = ("dl", "d", "du", "b")
     kinds = {_kind(x) for x in (dl, d, du, b)}
@@ -521,29 +567,37 @@ def _validate_system(dl: Any, d: Any, du: Any, b: Any, periodic: Any, reduced: A
     if source == "rows":
         return _validate_rows(dl, d, du, b, periodic, reduced, engine)
     if d.ndim not in (1, 2):
-        raise ValueError(f"d must be 1-D (n,) or 2-D (batch, n), got shape {tuple(d.shape)}")
+        raise ValueError(f"d must be 1-D (n,) or 2-D (batch, n) (axis=0: (n, batch)), got shape {tuple(d.shape)}")
     batched = d.ndim == 2
-    n = int(d.shape[-1])
-    V = int(d.shape[0]) if batched else 1
+    nax = _line_axis(axis, d.ndim, "d")
+    n = int(d.shape[nax])
+    V = int(d.shape[1 - nax]) if batched else 1
     if n < 1:
         raise ValueError("d must have at least one entry")
     if periodic and n < 3:
         raise ValueError(f"periodic systems need n >= 3, got n={n}")
     m_off = n if periodic else n - 1
+
+    def shaped(line: int) -> tuple:  # d's shape with the line axis of length `line`
+        return tuple(line if i == nax else int(s) for i, s in enumerate(d.shape))
+
     for nm, x in (("dl", dl), ("du", du)):
-        want = (V, m_off) if batched else (m_off,)
+        want = shaped(m_off)
         if tuple(x.shape) != want:
             raise ValueError(f"{nm} must have shape {want} for d of shape {tuple(d.shape)}"
-                             f"{' (periodic: length n)' if periodic else ' (length n-1)'}, got {tuple(x.shape)}")
-    lead = (V, n) if batched else (n,)
+                             f"{' (periodic: length n' if periodic else ' (length n-1'} along axis {axis}), "
+                             f"got {tuple(x.shape)}")
+    lead = shaped(n)
     if tuple(b.shape[:len(lead)]) != lead or b.ndim not in (len(lead), len(lead) + 1):
         raise ValueError(f"b must have shape {lead} or {lead + ('nrhs',)}, got {tuple(b.shape)}")
     R = int(b.shape[-1]) if b.ndim == len(lead) + 1 else 1
     if R < 1:
         raise ValueError("b has zero right-hand sides")
     if source == "host":
-        _check_zero_rows(dl, d, du, bool(periodic))
-    return _Spec(source, n, V, R, batched, b.ndim, bool(periodic), reduced, engine, dl, d, du, b)
+        # the line axis last, as the check reads rows
+        _check_zero_rows(*(np.moveaxis(np.asarray(a), nax, -1) if np.ndim(a) > 1 else np.asarray(a)
+                           for a in (dl, d, du)), bool(periodic))
+    return _Spec(source, n, V, R, batched, b.ndim, bool(periodic), reduced, engine, dl, d, du, b, nax=nax)
 
 
 def _check_zero_rows(dl: np.ndarray, d: np.ndarray, du: np.ndarray, periodic: bool) -> None:
@@ -592,7 +646,8 @@ def _validate_rows(dl: RowBlocks, d: RowBlocks, du: RowBlocks, b: RowBlocks, per
                  dl, d, du, b)
 
 
-def _validate_compact(f: Any, h: Any, order: Any, periodic: Any, reduced: Any, engine: Any) -> _Spec:
+def _validate_compact(f: Any, h: Any, order: Any, periodic: Any, reduced: Any, engine: Any,
+                      axis: Any = -1) -> _Spec:
     _check_options(periodic, reduced, engine)
     if order != 1:
         raise ValueError(f"order must be 1 (the first derivative), got {order!r}")
@@ -602,14 +657,13 @@ def _validate_compact(f: Any, h: Any, order: Any, periodic: Any, reduced: Any, e
     f = _as_float("f", f, kind)
     nd = len(f.shape)
     if nd not in (1, 2):
-        raise ValueError(f"f must be (n,) or (batch, n), got shape {tuple(f.shape)}")
-    if kind == "rows":
-        n, V = int(f.shape[0]), (int(f.shape[1]) if nd == 2 else 1)
-    else:
-        n, V = int(f.shape[-1]), (int(f.shape[0]) if nd == 2 else 1)
+        raise ValueError(f"f must be (n,) or (batch, n) (axis=0: (n, batch)), got shape {tuple(f.shape)}")
+    nax = 0 if kind == "rows" else _line_axis(axis, nd, "f")
+    n, V = int(f.shape[nax]), (int(f.shape[1 - nax]) if nd == 2 else 1)
     if n < 5:
         raise ValueError(f"the compact stencil needs n >= 5 points, got n={n}")
-    return _Spec(kind, n, V, 1, nd == 2, nd, bool(periodic), reduced, engine, b=f, h=float(h), compact=True)
+    return _Spec(kind, n, V, 1, nd == 2, nd, bool(periodic), reduced, engine, b=f, h=float(h), compact=True,
+                 nax=nax)
 
 
 # --------------------------------------------------------------------------
@@ -699,49 +753,136 @@ def _line_major_host(a: np.ndarray, batched: bool, rhs: bool = False, b_ndim: in
     return a.T
 
 
-def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str]]:
-    """Per-rank input futures, the rank offsets and the workers."""
+def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str], np.ndarray | None]:
+    """Per-rank inputs, the rank offsets along the line, the workers, and the batch offsets when each
+    worker holds whole systems (``None``: the line is split)."""
     if spec.source == "rows":
         parts = ([spec.b.parts] if spec.compact else [spec.dl.parts, spec.d.parts, spec.du.parts, spec.b.parts])
         return [tuple(p[r] for p in parts) for r in range(len(spec.b.parts))], np.asarray(spec.b.offsets), \
-            list(spec.b.workers)
-    addrs = _addresses(client)
-    offs = _rank_offsets(spec.n, len(addrs), spec.V)
-    arrays = [spec.b] if spec.compact else [spec.dl, spec.d, spec.du, spec.b]
-    out = []
+            list(spec.b.workers), None
     if spec.source == "host":
-        if not spec.compact:
-            dlf, duf = _pad_host(spec.dl, spec.du, spec.n, spec.periodic)
-            arrays = [dlf, spec.d, duf, spec.b]
-        for r in range(len(addrs)):
-            sl = [_slice_n(a, spec, k, int(offs[r]), int(offs[r + 1])) for k, a in enumerate(arrays)]
-            out.append(tuple(_scatter_to(client, np.ascontiguousarray(s), addrs[r]) for s in sl))
-        return out, offs, addrs
-    import dask.array as da
-
-    if not spec.compact:
-        z = da.zeros(spec.dl.shape[:-1] + (1,), dtype=spec.dl.dtype, chunks=-1)
-        if not spec.periodic:
-            arrays = [da.concatenate([z, spec.dl], axis=-1), spec.d, da.concatenate([spec.du, z], axis=-1),
-                      spec.b]
-    sizes = tuple(int(s) for s in np.diff(offs))
-    cols = []
-    for k, a in enumerate(arrays):
-        ax = _n_axis(spec, k)
-        a = a.astype(np.float64).rechunk({i: (sizes if i == ax else -1) for i in range(a.ndim)})
-        blocks = np.moveaxis(a.to_delayed(), ax, 0).reshape(len(addrs))
-        cols.append([client.compute(blocks[r], workers=[addrs[r]], allow_other_workers=False)
-                     for r in range(len(addrs))])
-    return [tuple(c[r] for c in cols) for r in range(len(addrs))], offs, addrs
+        return _place_host(spec, client)
+    return _place_dask(spec, client)
 
 
-def _n_axis(spec: _Spec, k: int) -> int:
-    """The line axis of input ``k`` (0..3 = dl, d, du, b; compact: 0 = f) in user layout."""
-    return 1 if spec.batched else 0
+def _inputs(spec: _Spec) -> list[tuple[Any, int]]:
+    """The array inputs with each one's shift: its column ``c`` along the line holds row ``c - shift``
+    (gtsv's sub-diagonal, ``dl[k] = A[k+1, k]``, is shifted by -1)."""
+    if spec.compact:
+        return [(spec.b, 0)]
+    return [(spec.dl, 0 if spec.periodic else -1), (spec.d, 0), (spec.du, 0), (spec.b, 0)]
 
 
-def _slice_n(a: np.ndarray, spec: _Spec, k: int, lo: int, hi: int) -> np.ndarray:
-    return a[:, lo:hi] if _n_axis(spec, k) == 1 else a[lo:hi]
+def _batch_split(spec: _Spec, P: int) -> bool:
+    """Whole systems per worker: no exchange at all, and each system a contiguous row in gtsv layout."""
+    return spec.batched and P > 1 and spec.V >= 8 * P
+
+
+def _cols(a: Any, ax: int, c0: int, c1: int) -> Any:
+    return a[tuple(slice(c0, c1) if i == ax else slice(None) for i in range(a.ndim))]
+
+
+def _place_host(spec: _Spec, client: Any) -> tuple:
+    addrs = _addresses(client)
+    P = len(addrs)
+    lax, n = spec.nax, spec.n
+    if _batch_split(spec, P) and lax == 1:
+        # gtsv layout cut along the batch: each worker's block is contiguous rows, scattered without a copy
+        boffs = block_offsets(spec.V, P)
+        out = [tuple([(-sh, _scatter_to(client, np.ascontiguousarray(a[boffs[r]:boffs[r + 1]]), addrs[r]))]
+                     for a, sh in _inputs(spec)) for r in range(P)]
+        return out, np.array([0, n], np.int64), addrs, boffs
+    offs = _rank_offsets(n, P, spec.V)
+    out = []
+    for r in range(P):
+        lo, hi = int(offs[r]), int(offs[r + 1])
+        ins = []
+        for a, sh in _inputs(spec):
+            c0, c1 = max(lo + sh, 0), min(hi + sh, a.shape[lax])
+            piece = np.ascontiguousarray(_cols(a, lax, c0, max(c0, c1)))
+            ins.append([(c0 - sh - lo, _scatter_to(client, piece, addrs[r]))])
+        out.append(tuple(ins))
+    return out, offs, addrs, None
+
+
+def _holders(client: Any, keys: list) -> list[set]:
+    """The workers holding each key (empty sets for keys not in memory: a lazy graph)."""
+    try:
+        got = client.who_has(keys)
+    except Exception:  # pragma: no cover - an old scheduler without who_has: no locality
+        return [set() for _ in keys]
+    return [set(got.get(k, ())) for k in keys]
+
+
+def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> list[str]:
+    """A worker per rank, preferring the one that already holds the rank's chunks (so the blocks do not
+    move); ``want[r]``: the keys rank ``r`` reads with their sizes."""
+    keys = list({k for w in want for k, _ in w})
+    held = dict(zip(keys, _holders(client, keys), strict=True))
+    free, out = list(addrs), []
+    for w in want:
+        score = {a: sum(sz for k, sz in w if a in held[k]) for a in free}
+        best = max(free, key=lambda a: (score[a], -free.index(a)))
+        out.append(best)
+        free.remove(best)
+    return out
+
+
+def _place_dask(spec: _Spec, client: Any) -> tuple:
+    import dask
+
+    addrs = _addresses(client)
+    lax, n = spec.nax, spec.n
+    arrays = [(a.astype(np.float64), sh) for a, sh in _inputs(spec)]
+    bax = 1 - lax if spec.batched else None
+    nb_line = len(arrays[-1 if not spec.compact else 0][0].chunks[lax])
+    nb_batch = len(spec.b.chunks[bax]) if bax is not None else 1
+    if bax is not None and nb_batch > 1 and nb_line == 1:
+        # chunked along the batch only: each worker takes whole chunks (whole systems), nothing moves
+        cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
+        P = len(cuts) - 1
+        arrays = [(a.rechunk({i: (a.chunks[i] if i == bax else -1) for i in range(a.ndim)}), sh) for a, sh in arrays]
+        bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[bax])]).astype(np.int64)
+        boffs = bounds[cuts]
+        blocks = [np.moveaxis(a.to_delayed(), bax, 0).reshape(-1) for a, _ in arrays]
+        want = [[(blocks[k][c].key, int(bounds[c + 1] - bounds[c])) for k in range(len(arrays))
+                 for c in range(cuts[r], cuts[r + 1])] for r in range(P)]
+        ws = _rank_workers(client, want, addrs)
+        out = [tuple([(-sh, client.compute(blocks[k][c], workers=[ws[r]], allow_other_workers=False))
+                      for c in range(cuts[r], cuts[r + 1])] for k, (_, sh) in enumerate(arrays)) for r in range(P)]
+        return out, np.array([0, n], np.int64), ws, boffs
+    offs = _rank_offsets(n, len(addrs), spec.V)
+    P = len(addrs)
+    plans = []   # per input: per rank: [(local start row, delayed piece, key, width)]
+    for a, sh in arrays:
+        if bax is not None and len(a.chunks[bax]) > 1:   # chunked both ways: whole batch per line chunk (a copy)
+            a = a.rechunk({bax: -1})
+        a = a.rechunk({i: -1 for i in range(a.ndim) if i != lax})
+        bounds = np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64)
+        blocks = np.moveaxis(a.to_delayed(), lax, 0).reshape(-1)
+        per_rank = []
+        for r in range(P):
+            lo, hi = int(offs[r]), int(offs[r + 1])
+            c_lo, c_hi = max(lo + sh, 0), min(hi + sh, int(a.shape[lax]))
+            pieces = []
+            for c in range(len(blocks)):
+                b0, b1 = int(bounds[c]), int(bounds[c + 1])
+                o0, o1 = max(b0, c_lo), min(b1, c_hi)
+                if o1 <= o0:
+                    continue
+                if (o0, o1) == (b0, b1) or (o1 - o0) * 2 >= b1 - b0:
+                    # the whole chunk, as it is (no copy; rows beyond the rank's are never read)
+                    pieces.append((b0 - sh - lo, blocks[c], blocks[c].key, o1 - o0))
+                else:
+                    piece = dask.delayed(_cols, pure=True)(blocks[c], lax, o0 - b0, o1 - b0)
+                    pieces.append((o0 - sh - lo, piece, blocks[c].key, o1 - o0))
+            per_rank.append(pieces)
+        plans.append(per_rank)
+    want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r]] for r in range(P)]
+    ws = _rank_workers(client, want, addrs)
+    out = [tuple([(p[0], client.compute(p[1], workers=[ws[r]], allow_other_workers=False)) for p in plans[k][r]]
+                 for k in range(len(arrays))) for r in range(P)]
+    return out, offs, ws, None
 
 
 def _run(spec: _Spec, client: Any, mode: str) -> Any:
@@ -749,25 +890,35 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     import dask.array as da
 
     t0 = time.perf_counter()
-    parts, offs, addrs = _place(spec, client)
+    parts, offs, addrs, boffs = _place(spec, client)
     P = len(addrs)
     grid = block_grid(spec.n, spec.V)
-    blocks = [_sub_blocks(int(offs[r]), int(offs[r + 1]), grid) for r in range(P)]
+    split = "line" if boffs is None else "batch"
+    # with whole systems per worker, every rank runs the line as one rank would: the same blocks (the same
+    # answers, bit for bit) and no exchange
+    lines = offs if split == "line" else np.array([0] * P + [spec.n], np.int64)
+    spans = [(int(offs[r]), int(offs[r + 1])) if split == "line" else (0, spec.n) for r in range(P)]
+    blocks = [_sub_blocks(lo, hi, grid) for lo, hi in spans]
     if spec.reduced == "truncated" and any((ln < 2).any() for _, ln in blocks):
         raise ValueError("reduced='truncated' needs every sub-block to have >= 2 rows; use 'exact' or 'auto'")
     nrows = [int(np.minimum(ln, 2).sum()) for _, ln in blocks]
-    nonempty = [r for r in range(P) if offs[r + 1] > offs[r]]
-    if spec.compact and any(offs[r + 1] - offs[r] < 2 for r in nonempty):
+    nonempty = [r for r in range(P) if spans[r][1] > spans[r][0]]
+    if spec.compact and any(spans[r][1] - spans[r][0] < 2 for r in nonempty):
         raise ValueError("compact_derivative needs every non-empty block to hold >= 2 rows")
     cfg = {"n": spec.n, "V": spec.V, "R": spec.R, "periodic": spec.periodic, "reduced": spec.reduced,
-           "engine": spec.engine, "form": "rows" if spec.source == "rows" else ("batch" if spec.batched else "single"),
-           "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty,
+           "engine": spec.engine, "form": "rows" if spec.source == "rows" else "array", "nax": spec.nax,
+           "split": split, "b_ndim": spec.b_ndim, "batched": spec.batched, "nrows": nrows, "nonempty": nonempty,
            "h": spec.h, "mode": mode}
-    fused = _fused_blocks(spec, offs, grid)
+    if split == "line":
+        fused = _fused_blocks(spec, offs, grid)
+    else:
+        one = _fused_blocks(spec, np.array([0, spec.n], np.int64), grid)
+        fused = None if one is None else one * P
     cfg["fused_min_rows"] = 0 if fused is None else int(min(ln.min() for _, ln in fused))
-    matrix = _matrix_key(spec, offs) if fused is not None else None
+    matrix = _matrix_key(spec, lines if boffs is None else np.concatenate([offs, boffs])) \
+        if fused is not None else None
     cfg["halo"] = _HALO_CACHE.get(matrix, _PROBE) if matrix is not None else _PROBE
-    rank_args = [(parts[r], int(offs[r]), int(offs[r + 1]), blocks[r][0], blocks[r][1],
+    rank_args = [(parts[r], spans[r][0], spans[r][1], blocks[r][0], blocks[r][1],
                   None if fused is None else fused[r]) for r in range(P)]
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",
                           publish_info=True)
@@ -777,9 +928,16 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     if matrix is not None and "halo_probed" in infos[0]:
         _remember_halo(matrix, infos[0]["halo_probed"])
     R, V = spec.R, spec.V
-    X = da.concatenate([da.from_delayed(dask.delayed(xf[r]), shape=(int(offs[r + 1] - offs[r]), R, V),
-                                        dtype=np.float64) for r in nonempty], axis=0)
-    X = _user_layout(X, spec)
+    if spec.source == "rows":
+        X = da.concatenate([da.from_delayed(dask.delayed(xf[r]), shape=(int(offs[r + 1] - offs[r]), R, V),
+                                            dtype=np.float64) for r in nonempty], axis=0)
+        X = _user_layout(X, spec)
+    else:
+        cat = spec.nax if split == "line" else 1 - spec.nax
+        X = da.concatenate([da.from_delayed(dask.delayed(xf[r]), dtype=np.float64,
+                                            shape=_block_shape(spec, *spans[r], None if boffs is None else
+                                                               int(boffs[r + 1] - boffs[r])))
+                            for r in nonempty], axis=cat)
     ndof = spec.n * V * R
     X.stats = {
         "backend": infos[0]["backend"],
@@ -800,9 +958,20 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},
         "rank_phase_seconds": [i["phases"] for i in infos],
         "rank_spans": [i["span"] for i in infos],
-        "rows_per_worker": [int(offs[r + 1] - offs[r]) for r in range(P)],
+        "rows_per_worker": [hi - lo for lo, hi in spans],
+        "split": split,
+        "systems_per_worker": None if boffs is None else [int(v) for v in np.diff(boffs)],
     }
     return X
+
+
+def _block_shape(spec: _Spec, lo: int, hi: int, vr: int | None) -> tuple:
+    """A rank's answer block in the caller's layout: rows ``lo:hi`` of the line, ``vr`` systems (None: all)."""
+    shape = list(spec.b.shape)
+    shape[spec.nax] = hi - lo
+    if vr is not None:
+        shape[1 - spec.nax] = vr
+    return tuple(int(s) for s in shape)
 
 
 def _user_layout(X: Any, spec: _Spec) -> Any:
@@ -813,6 +982,4 @@ def _user_layout(X: Any, spec: _Spec) -> Any:
         if spec.b_ndim == 3 or (not spec.batched and spec.b_ndim == 2):
             return X if spec.batched else X[:, :, 0]
         return X[:, 0, :] if spec.batched else X[:, 0, 0]
-    if spec.batched:
-        return X.transpose(2, 0, 1) if spec.b_ndim == 3 else X[:, 0, :].T
-    return X[:, :, 0] if spec.b_ndim == 2 else X[:, 0, 0]
+    raise AssertionError("array inputs come back from the ranks in the caller's layout")

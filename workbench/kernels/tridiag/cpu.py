@@ -853,3 +853,139 @@ def _minus_column(x, r0, C, sol, v0, n):
         ct = C[t_]
         for v in range(n):
             xr[v] = xr[v] - ct[v] * sol[v]
+
+
+# --------------------------------------------------------------------------
+# The (batch, n) layout (LAPACK gtsv's, each system a contiguous row): panels of systems transposed in cache
+# --------------------------------------------------------------------------
+
+
+@_njit
+def load_panel_kernel(a, r0, fill, s, v0, vn, pad):
+    # s[i, v] = row i (the rank's local line index) of system v0 + v, from a (Va, w) block whose column 0 is
+    # row r0: rows before it take fill[v0 + v], rows after it 0 (gtsv's missing corners); a block of one
+    # system (Va == 1, constant coefficients) is broadcast.  Columns vn.. of s get pad (a unit row: the
+    # padding systems of a last, narrow panel stay finite).  8 x 8 tiles through registers: eight values
+    # of a system are one cache line, read whole, and eight systems of a row one line of s.
+    m, Vt = s.shape
+    Va, w = a.shape
+    tile = np.empty((8, 8))
+    for i0 in range(0, m, 8):
+        i1 = min(i0 + 8, m)
+        j0 = i0 - r0
+        if i1 - i0 == 8 and j0 >= 0 and j0 + 8 <= w and Va > 1:
+            vb = 0
+            while vb + 8 <= vn:
+                for q in range(8):
+                    row = a[v0 + vb + q]
+                    for ii in range(8):
+                        tile[ii, q] = row[j0 + ii]
+                for ii in range(8):
+                    sr = s[i0 + ii]
+                    for q in range(8):
+                        sr[vb + q] = tile[ii, q]
+                vb += 8
+            for v in range(vb, vn):
+                row = a[v0 + v]
+                for ii in range(8):
+                    s[i0 + ii, v] = row[j0 + ii]
+        else:
+            for v in range(vn):
+                va = v0 + v if Va > 1 else 0
+                fv = fill[v0 + v]
+                for i in range(i0, i1):
+                    j = i - r0
+                    s[i, v] = a[va, j] if 0 <= j < w else (fv if j < 0 else 0.0)
+        for i in range(i0, i1):
+            for v in range(vn, Vt):
+                s[i, v] = pad
+
+
+@_njit
+def store_panel_kernel(s, x, v0, vn):
+    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, in 8 x 8 tiles
+    m = s.shape[0]
+    tile = np.empty((8, 8))
+    for i0 in range(0, m, 8):
+        i1 = min(i0 + 8, m)
+        if i1 - i0 == 8:
+            vb = 0
+            while vb + 8 <= vn:
+                for ii in range(8):
+                    sr = s[i0 + ii]
+                    for q in range(8):
+                        tile[q, ii] = sr[vb + q]
+                for q in range(8):
+                    xv = x[v0 + vb + q]
+                    for ii in range(8):
+                        xv[i0 + ii] = tile[q, ii]
+                vb += 8
+        else:
+            vb = 0
+        for v in range(vb, vn):
+            xv = x[v0 + v]
+            for i in range(i0, i1):
+                xv[i] = s[i, v]
+
+
+@_njit
+def fused_batch_kernel(dl, d, du, b, r0, fill, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
+    # fused_kernel on (batch, m) blocks (each system a contiguous row, LAPACK's layout) without a whole-array
+    # transpose: panels of Vt systems are transposed into line-major scratch that stays in cache, solved there
+    # by fused_kernel itself (the same arithmetic, so the same answers bit for bit), and transposed back into
+    # x (V, m).  Inputs are read once from memory and x written once, as in the line-major pass.
+    # r0[k], fill[k]: input k's block starts at local row r0[k]; rows before it take fill[k] (the one
+    # sub-diagonal entry a rank's neighbour holds in gtsv form), rows after it are 0.
+    V, m = x.shape
+    sa = np.empty((m, Vt))
+    sd = np.empty((m, Vt))
+    sc = np.empty((m, Vt))
+    sb = np.empty((m, Vt))
+    sx = np.empty((m, Vt))
+    vs = np.empty((H, Vt))
+    ws = np.empty((H, Vt))
+    ed = np.empty((4, Vt))
+    for v0 in range(0, V, Vt):
+        vn = min(Vt, V - v0)
+        load_panel_kernel(dl, r0[0], fill[0], sa, v0, vn, 0.0)
+        load_panel_kernel(d, r0[1], fill[1], sd, v0, vn, 1.0)
+        load_panel_kernel(du, r0[2], fill[2], sc, v0, vn, 0.0)
+        load_panel_kernel(b, r0[3], fill[3], sb, v0, vn, 0.0)
+        fused_kernel(sa, sd, sc, sb, starts, lens, sx, vs, ws, ed, chk, tau, Vt, W, H)
+        store_panel_kernel(sx, x, v0, vn)
+        for v in range(vn):
+            for t_ in range(4):
+                edge[t_, v0 + v] = ed[t_, v]
+            for t_ in range(H):
+                VS[t_, v0 + v] = vs[t_, v]
+                WS[t_, v0 + v] = ws[t_, v]
+
+
+@_njit
+def fused_fix_batch_kernel(x, r0, C, yl, wl, yr, vr, side, bad):
+    # fused_fix_kernel for x in (batch, m) layout: columns r0.. of every system's row minus C[t] * sol
+    V = x.shape[0]
+    p = np.empty(V)
+    q = np.empty(V)
+    if _interface(yl, wl, yr, vr, p, q, V):
+        bad[0] = 1.0
+    sol = p if side == 0 else q
+    for v in range(V):
+        xv = x[v]
+        for t_ in range(C.shape[0]):
+            xv[r0 + t_] = xv[r0 + t_] - C[t_, v] * sol[v]
+
+
+@_njit
+def compact_rhs_batch_kernel(f, left, right, c1, c2, rhs):
+    # compact_rhs_kernel for (batch, m) rows: left (V, 2) holds columns -2, -1, right (V, 2) columns m, m+1
+    V, m = f.shape
+    for v in range(V):
+        fv = f[v]
+        out = rhs[v]
+        for i in range(m):
+            fm2 = fv[i - 2] if i >= 2 else left[v, i]
+            fm1 = fv[i - 1] if i >= 1 else left[v, i + 1]
+            fp1 = fv[i + 1] if i + 1 < m else right[v, i + 1 - m]
+            fp2 = fv[i + 2] if i + 2 < m else right[v, i + 2 - m]
+            out[i] = c1 * (fp1 - fm1) + c2 * (fp2 - fm2)

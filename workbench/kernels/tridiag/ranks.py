@@ -23,6 +23,7 @@ from .cpu import (
     reduce_b1_kernel,
 )
 from .params import (
+    _BATCH_PANEL,
     _CHK_SCALE,
     _FUSED_HALOS,
     _FUSED_TILE,
@@ -45,24 +46,58 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     t0 = time.perf_counter()
     phases = {}
     kind = device_kind()
-    parts = tuple(to_device(p) for p in parts)  # on a GPU worker, blocks scattered from the host move there once
-    cfg = {**cfg, "local": _engine(kind, cfg["engine"], namespace(*parts))}
-    if cfg["mode"] == "compact":
-        f = _line_major_local(parts[0], cfg, rhs=False)
-        dl, d, du, b = _compact_local(comm, f, lo, hi, cfg)
+    if cfg["form"] == "rows":
+        parts = tuple(to_device(p) for p in parts)  # on a GPU worker, blocks scattered from the host move there once
+        ins = None
+        xp_of = namespace(*parts)
     else:
-        dl, d, du = (_line_major_local(p, cfg, rhs=False) for p in parts[:3])
-        b = _line_major_local(parts[3], cfg, rhs=True)
-    phases["layout"] = time.perf_counter() - t0
-    # the fused pass has no array-namespace version; every rank decides alike (same engine everywhere)
-    run_fused = fused is not None and cfg["local"] != "array"
-    x, info = _solve_fused(comm, dl, d, du, b, fused, cfg, phases) if run_fused else (None, {})
+        # lists of (first local row, block) in the caller's layout -> one (block, first row, fill) per input
+        ins = [_assemble([(r0, to_device(p)) for r0, p in pieces], hi - lo, cfg) for pieces in parts]
+        xp_of = namespace(*[a for a, _, _ in ins])
+    cfg = {**cfg, "local": _engine(kind, cfg["engine"], xp_of)}
+    x = None
+    info = {}
+    if ins is not None:
+        m = hi - lo
+        cfg["V"] = int(ins[-1][0].shape[1 - cfg["nax"]]) if cfg["batched"] else 1
+        if (cfg["mode"] == "solve" and cfg["local"] == "numba" and cfg["batched"] and cfg["nax"] == 1
+                and cfg["R"] == 1 and fused is not None):
+            # the gtsv layout's own fused pass: panels of systems transposed in cache, x written in place
+            phases["layout"] = time.perf_counter() - t0
+            x, info = _solve_fused(comm, ins, fused, cfg, phases, m, gtsv=True)
+            if x is None:
+                info["fallback"] = True   # the coupling does not decay: the two-pass path (all ranks alike)
+        if x is None:
+            t = time.perf_counter()
+            if cfg["mode"] == "compact":
+                dl, d, du, b = _compact_local(comm, _to_line_major(*ins[0], m, cfg, rhs=False), lo, hi, cfg)
+            else:
+                dl, d, du = (_to_line_major(*ins[k], m, cfg, rhs=False) for k in range(3))
+                b = _to_line_major(*ins[3], m, cfg, rhs=True)
+            phases["layout"] = phases.get("layout", 0.0) + time.perf_counter() - t
+    else:
+        if cfg["mode"] == "compact":
+            f = _line_major_local(parts[0], cfg, rhs=False)
+            dl, d, du, b = _compact_local(comm, f, lo, hi, cfg)
+        else:
+            dl, d, du = (_line_major_local(p, cfg, rhs=False) for p in parts[:3])
+            b = _line_major_local(parts[3], cfg, rhs=True)
+        phases["layout"] = time.perf_counter() - t0
     if x is None:
-        x, more = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
-        info.update(more)
+        # the fused pass has no array-namespace version; every rank decides alike (same engine everywhere)
+        run_fused = fused is not None and cfg["local"] != "array" and not info.get("fallback")
+        x, info = _solve_fused(comm, (dl, d, du, b), fused, cfg, phases, d.shape[0]) if run_fused else (None, info)
+        if x is None:
+            x, more = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
+            info.update(more)
+        if ins is not None:
+            t = time.perf_counter()
+            x = _to_user(x, cfg)
+            phases["layout"] += time.perf_counter() - t
     synchronize(x)
     t1 = time.perf_counter()
     info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
+    info.pop("fallback", None)
     return x, info
 
 
@@ -80,19 +115,82 @@ def _engine(kind: str, engine: str, xp: Any) -> str:
     return "numba"
 
 
+def _assemble(pieces: list, m: int, cfg: dict) -> tuple[Any, int, Any]:
+    """One input's blocks as ``(a, r0, fill)``: ``a`` in the caller's layout whose first entry along the line
+    is local row ``r0`` (rows before it take ``fill``, a vector over the systems, or 0 when None; rows after
+    it 0).  Chunks come as they are: a gtsv sub-diagonal split like ``d`` is its neighbour's last entry plus
+    the rank's own chunk, read in place; only other splits are copied into one block."""
+    lax = cfg["nax"]
+    if len(pieces) == 1:
+        r0, a = pieces[0]
+        return a, r0, None
+    xp = namespace(*[p for _, p in pieces])
+    if cfg["split"] == "batch":   # whole lines, several chunks of systems: one block of them
+        return xp.concatenate([p for _, p in pieces], axis=1 - lax), pieces[0][0], None
+    pieces = sorted(pieces, key=lambda q: q[0])
+    (r_a, a), (r_b, b) = pieces[0], pieces[-1]
+    if len(pieces) == 2 and r_a == 0 and a.shape[lax] == 1 and r_b == 1:
+        return b, 1, xp.take(a, 0, axis=lax)
+    shape = list(pieces[0][1].shape)
+    shape[lax] = m
+    out = xp.zeros(tuple(shape))
+    for r0, p in pieces:
+        i0, i1 = max(r0, 0), min(r0 + p.shape[lax], m)
+        if i1 > i0:
+            out[_along(lax, out.ndim, i0, i1)] = p[_along(lax, p.ndim, i0 - r0, i1 - r0)]
+    return out, 0, None
+
+
+def _along(ax: int, ndim: int, i0: int, i1: int) -> tuple:
+    return tuple(slice(i0, i1) if i == ax else slice(None) for i in range(ndim))
+
+
+def _to_line_major(a: Any, r0: int, fill: Any, m: int, cfg: dict, rhs: bool) -> Any:
+    """An input in the solver's layout: coefficients ``(m, V)``, right-hand sides ``(m, R, V)``; a copy (a
+    transpose for the gtsv layout) unless the block is line-major and aligned already."""
+    t = a if cfg["nax"] == 0 else a.swapaxes(0, 1)          # line axis first: (w,), (w, R), (w, V), (w, V, R)
+    w = t.shape[0]
+    if not cfg["batched"]:
+        t = t[:, None] if t.ndim == 1 else t[:, None, :]     # (w, 1) or (w, 1, R): one system
+    if r0 == 0 and w >= m and cfg["nax"] == 0:
+        out = t[:m]
+    else:
+        out = empty((m,) + t.shape[1:], like=a)
+        i0, i1 = max(r0, 0), min(r0 + w, m)
+        out[:max(i0, 0)] = 0.0 if fill is None else fill.reshape((1,) + out.shape[1:2] + (1,) * (out.ndim - 2))
+        out[i0:i1] = t[i0 - r0:i1 - r0]
+        out[i1:] = 0.0
+    if not rhs:
+        return out
+    if out.ndim == 2:
+        return out[:, None, :]
+    moved = empty((m, out.shape[2], out.shape[1]), like=a)  # (m, V, R) -> (m, R, V)
+    moved[...] = out.transpose(0, 2, 1)
+    return moved
+
+
+def _to_user(x: Any, cfg: dict) -> Any:
+    """The answer ``(m, R, V)`` back in the caller's layout (the shape of ``b``, or of ``f``)."""
+    nd = cfg["b_ndim"] if cfg["mode"] == "solve" else (2 if cfg["batched"] else 1)
+    if not cfg["batched"]:
+        return x[:, :, 0] if nd == 2 else x[:, 0, 0]
+    if cfg["nax"] == 0:
+        if nd == 2:
+            return x[:, 0, :]
+        out = empty((x.shape[0], x.shape[2], x.shape[1]), like=x)
+        out[...] = x.transpose(0, 2, 1)
+        return out
+    if nd == 2:
+        out = empty((x.shape[2], x.shape[0]), like=x)
+        out[...] = x[:, 0, :].T
+        return out
+    out = empty((x.shape[2], x.shape[0], x.shape[1]), like=x)
+    out[...] = x.transpose(2, 0, 1)
+    return out
+
+
 def _line_major_local(a: Any, cfg: dict, rhs: bool) -> Any:
-    """A rank's block in the solver layout: coefficients (m, V), rhs (m, R, V)."""
-    form = cfg["form"]
-    if form == "batch":  # (V, m) or (V, m, R): transposed into pooled buffers (no fresh pages per solve)
-        t = a.transpose(1, 2, 0) if a.ndim == 3 else a.T
-        out = empty(t.shape, like=a)
-        out[...] = t
-        return out[:, None, :] if rhs and a.ndim == 2 else out
-    if form == "single":  # (m,) or (m, R)
-        if rhs:
-            return a[:, :, None] if a.ndim == 2 else a[:, None, None]
-        return a[:, None]
-    # line-major RowBlocks: (m,), (m, V), (m, R, V) / single (m, R)
+    """A line-major RowBlocks block in the solver layout: coefficients (m, V), rhs (m, R, V)."""
     if a.ndim == 1:
         return a[:, None, None] if rhs else a[:, None]
     if rhs and a.ndim == 2:
@@ -135,20 +233,35 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
     return x, {"reduced": mode, "tau": tau, "engine": _ENGINE_NAMES.get(local, xp.__name__), "path": "two-pass"}
 
 
-def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray, blocks: tuple,
-                 cfg: dict, phases: dict) -> tuple[np.ndarray | None, dict]:
+def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict, m: int,
+                 gtsv: bool = False) -> tuple[Any, dict]:
     """One pass over the inputs, then one exchange with each neighbour: ``(x, info)``, or ``(None, info)``
     on every rank when the neighbours' influence does not decay within the halo or something is
     non-finite: the two-pass path then solves (and reports bad input).  ``info["halo_probed"]`` is the
-    probe's verdict when this solve ran it (the client caches it per matrix)."""
+    probe's verdict when this solve ran it (the client caches it per matrix).  ``arrays``: line-major
+    ``(dl, d, du, b)``, or with ``gtsv`` each input's ``(block, first row, fill)`` in the (batch, m) layout,
+    solved in cached panels of systems (``x`` then comes back as ``(V, m)``)."""
     t = time.perf_counter()
     starts, lens = blocks
-    m, V = d.shape
+    V = cfg["V"]
     H = cfg["halo"]
     if H == _PROBE:
-        # the halo from the line's first rows (rank 0's), so every worker count picks the same one
-        H = _fused_halo(dl, d, du, int(lens[0]), cfg["local"]) if comm.rank == cfg["nonempty"][0] else None
-        H = comm.bcast(H, root=cfg["nonempty"][0])
+        # the halo from the line's first rows, so every worker count picks the same one: rank 0's rows
+        # when the line is split, every rank's systems (the worst of them) when each holds whole lines
+        def probe() -> int | None:
+            upto = min(_PROBE_ROWS[1], int(lens[0]))
+            if gtsv:
+                co = [_to_line_major(*arrays[k], upto, cfg, rhs=False) for k in range(3)]
+            else:
+                co = [a[:upto] for a in arrays[:3]]
+            return _fused_halo(*co, int(lens[0]), cfg["local"])
+
+        if cfg["split"] == "batch":
+            got = comm.allgather(probe())
+            H = None if any(h is None for h in got) else max(got)
+        else:
+            H = probe() if comm.rank == cfg["nonempty"][0] else None
+            H = comm.bcast(H, root=cfg["nonempty"][0])
         probed = {"halo_probed": H}
     else:
         probed = {}
@@ -156,12 +269,26 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
     if H is None or 2 * H + 2 > cfg["fused_min_rows"]:
         return None, probed
     t = time.perf_counter()
-    xp, local = namespace(d), cfg["local"]
-    x = empty((m, 1, V), like=d)
+    local = cfg["local"]
+    xp = namespace(arrays[1][0] if gtsv else arrays[1])
     VS, WS, edge = xp.zeros((H, V)), xp.zeros((H, V)), xp.zeros((4, V))
     chk, tau = xp.zeros(1), xp.zeros(3)
-    _launch(local, "fused_kernel", V, *_c(dl, d, du, b[:, 0]), *_i(starts, lens, like=d), x[:, 0], VS, WS, edge,
-            chk, tau, min(V, _FUSED_TILE), _FUSED_WINDOW, H)
+    if gtsv:
+        x = empty((V, m))
+        r0 = np.array([r for _, r, _ in arrays], np.int64)
+        fill = np.zeros((4, V))
+        for k, (_, _, fv) in enumerate(arrays):
+            if fv is not None:
+                fill[k] = fv
+        cpu.fused_batch_kernel(*_c(*[a for a, _, _ in arrays]), r0, fill, *_i(starts, lens), x, VS, WS, edge,
+                               chk, tau, min(V, _BATCH_PANEL), _FUSED_WINDOW, H)
+        xcol = x
+    else:
+        dl, d, du, b = arrays
+        x = empty((m, 1, V), like=d)
+        xcol = x[:, 0]
+        _launch(local, "fused_kernel", V, *_c(dl, d, du, b[:, 0]), *_i(starts, lens, like=d), xcol, VS, WS, edge,
+                chk, tau, min(V, _FUSED_TILE), _FUSED_WINDOW, H)
     chk, tau = to_host(chk), to_host(tau)
     phases["sweep"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -182,12 +309,14 @@ def _solve_fused(comm: Any, dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np
         return None, probed
     t = time.perf_counter()
     bad = xp.zeros(1)
+    fix = (lambda *a: cpu.fused_fix_batch_kernel(*a)) if gtsv else \
+        (lambda *a: _launch(local, "fused_fix_kernel", V, *a))
     if prev is not None:  # (prev's last | my first): my first H rows take v * x_last(prev)
         yl, wl = got[prev]["to_next"] if prev != comm.rank else edge[2:]
-        _launch(local, "fused_fix_kernel", V, x[:, 0], 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
+        fix(xcol, 0, VS, *_c(yl, wl, edge[0], edge[1]), 0, bad)
     if nxt is not None:   # (my last | next's first): my last H rows take w * x_first(next)
         yr, vr = got[nxt]["to_prev"] if nxt != comm.rank else edge[:2]
-        _launch(local, "fused_fix_kernel", V, x[:, 0], m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
+        fix(xcol, m - H, WS, *_c(edge[2], edge[3], yr, vr), 1, bad)
     if to_host(bad)[0]:
         raise np.linalg.LinAlgError("singular 2x2 interface system between workers' blocks")
     phases["fix"] = time.perf_counter() - t
@@ -243,13 +372,14 @@ def _far_coupling(RA: Any, RC: Any, rows0: np.ndarray, lens: np.ndarray) -> floa
 def _couple_exact(comm: Any, RA: Any, RC: Any, RD: Any, cfg: dict, local: str) -> Any:
     """Every rank solves the whole reduced system (same data, same order: same answer)."""
     xp = namespace(RA)
-    got = comm.allgather((RA, RC, RD))
+    # whole lines per rank: the reduced system is the rank's own
+    got = [(RA, RC, RD)] if cfg.get("split") == "batch" else comm.allgather((RA, RC, RD))
     A = xp.concatenate([xp.asarray(g[0]) for g in got], axis=0)
     C = xp.concatenate([xp.asarray(g[1]) for g in got], axis=0)
     D = xp.concatenate([xp.asarray(g[2]) for g in got], axis=0)
     # the reduced system of a non-dominant problem is not dominant either: pivot there (LAPACK gtsv)
     Y = _solve_chain(A, C, D, True, local) if cfg["periodic"] else _gtsv_pivoted(A, C, D)
-    r0 = sum(cfg["nrows"][:comm.rank])
+    r0 = 0 if cfg.get("split") == "batch" else sum(cfg["nrows"][:comm.rank])
     return Y[r0:r0 + RA.shape[0]]
 
 
@@ -290,7 +420,7 @@ def _neighbours(comm: Any, cfg: dict, m: int) -> tuple[int | None, int | None]:
     """The previous and next non-empty ranks along the line (wrapping when periodic); None at an end."""
     if not m:
         return None, None
-    ne = cfg["nonempty"]
+    ne = [comm.rank] if cfg.get("split") == "batch" else cfg["nonempty"]
     i = ne.index(comm.rank)
     prev = ne[i - 1] if i > 0 or cfg["periodic"] else None
     nxt = ne[(i + 1) % len(ne)] if i < len(ne) - 1 or cfg["periodic"] else None
