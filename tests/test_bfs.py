@@ -207,27 +207,38 @@ rng = np.random.default_rng(1)
 checked = 0
 for idx_t, grids in ((np.int32, [(2, 32), (1, 1), (3, 7)]), (np.int64, [(2, 32)])):
     idx = A.indices.astype(idx_t)
+    hub = np.zeros(n, idx_t)
+    cpu.row_hubs(ptr, idx, deg, hub)
     visited = rng.random(n) < 0.3
     front = np.flatnonzero(rng.random(n) < 0.2).astype(np.int64)
     fbits = np.zeros(n, bool)
     fbits[front] = True
-    for name, arg in (("top_down", front), ("bottom_up", fbits)):
+    packed = np.packbits(fbits)
+    cand = np.flatnonzero(deg > 0).astype(idx_t)
+    cases = (("top_down", (front,), ()), ("bottom_up", (hub, packed, cand), (np.full(n, -1, idx_t),)))
+    for name, ins, extra in cases:
         want_v = visited.copy()
-        want = [np.full(n, -1, idx_t), np.full(n, -1, idx_t), np.array([3, 5], np.int64)]
-        getattr(cpu, name)(ptr, idx, arg, want_v, *want)
-        assert want[2][0] > 3, "the case discovers nothing"
+        def queue():  # out_rows, out_par, (keep,) counts
+            return [np.full(n, -1, idx_t), np.full(n, -1, idx_t), *[e.copy() for e in extra], np.array([3, 5, 0])]
+        want = queue()
+        getattr(cpu, name)(ptr, idx, *ins, want_v, *want)
+        assert want[-1][0] > 3, "the case discovers nothing"
         for grid in grids:
             got_v = visited.astype(np.int32)
-            got = [np.full(n, -1, idx_t), np.full(n, -1, idx_t), np.array([3, 5], np.int64)]
-            getattr(dev, name)[grid](ptr, idx, arg, got_v, *got)
+            got = queue()
+            getattr(dev, name)[grid](ptr, idx, *ins, got_v, *got)
             ctx = (name, idx_t.__name__, grid)
-            np.testing.assert_array_equal(got[2], want[2], err_msg=str(ctx))      # queue tail, edges examined
+            np.testing.assert_array_equal(got[-1], want[-1], err_msg=str(ctx))  # queue tail, edges examined, kept
             np.testing.assert_array_equal(got_v.astype(bool), want_v, err_msg=str(ctx))
-            rows, par = got[0][3:got[2][0]], got[1][3:got[2][0]]
-            np.testing.assert_array_equal(np.sort(rows), np.sort(want[0][3:want[2][0]]), err_msg=str(ctx))
-            assert (got[0][:3] == -1).all() and (got[0][got[2][0]:] == -1).all(), ctx   # nothing outside the queue
+            rows, par = got[0][3:got[-1][0]], got[1][3:got[-1][0]]
+            np.testing.assert_array_equal(np.sort(rows), np.sort(want[0][3:want[-1][0]]), err_msg=str(ctx))
+            assert (got[0][:3] == -1).all() and (got[0][got[-1][0]:] == -1).all(), ctx   # nothing outside the queue
             assert all(A[r, p] for r, p in zip(rows, par)) and fbits[par].all(), ctx   # parents: frontier neighbours
             assert not visited[rows].any(), ctx
+            if name == "bottom_up":  # the candidates kept: exactly the unvisited rows without a frontier neighbour
+                kept = np.sort(got[2][:got[-1][2]])
+                np.testing.assert_array_equal(kept, np.sort(want[2][:want[-1][2]]), err_msg=str(ctx))
+                assert not want_v[kept].any() and not (A[kept] @ fbits).any() and want[-1][2] > 0, ctx
             checked += 1
 print("checked", checked)
 """
