@@ -78,6 +78,28 @@ def test_true_2d_grid_on_four_workers(clients):
         assert all(e > 0 for e in r.stats["edges_examined_per_rank"])
 
 
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_level_breakdown_into_compute_exchange_wait(clients, n_workers):
+    """Every level reports its compute, exchange and wait seconds (rank means, with the slowest rank's
+    compute), and the search totals are their sums; one worker exchanges nothing and never waits."""
+    client = clients(n_workers)
+    for partition, grid in layouts(n_workers):
+        r = wb.bfs(A_RMAT, SRC_RMAT, client=client, partition=partition, grid=grid)
+        st = r.stats
+        assert len(st["per_level"]) == st["levels"]
+        for d in st["per_level"]:
+            assert d["compute_s"] > 0 and d["exchange_s"] >= 0 and d["wait_s"] >= 0, d
+            assert d["compute_max_s"] >= d["compute_s"] * (1 - 1e-9), d
+            if n_workers == 1:
+                assert d["wait_s"] == 0 and d["bytes"] == 0, d
+            else:  # every level ends in a collective that moves bytes and takes time
+                assert d["bytes"] > 0 and d["exchange_s"] + d["wait_s"] > 0, d
+        for key in ("compute", "exchange", "wait"):
+            assert st[f"{key}_seconds"] == pytest.approx(sum(d[f"{key}_s"] for d in st["per_level"]))
+    g = wb.graph500(8, edgefactor=8, n_roots=2, seed=1, client=client, validate=False)
+    assert all({"compute_s", "exchange_s", "wait_s"} <= set(d) for s in g.stats["per_search"] for d in s["per_level"])
+
+
 def test_auto_switches_direction(clients):
     r = wb.bfs(A_RMAT, SRC_RMAT, client=clients(2))
     dirs = [d["direction"] for d in r.stats["per_level"]]

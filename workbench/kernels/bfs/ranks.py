@@ -260,6 +260,7 @@ class _Searcher:
         self.cands = [xp.empty(len(prep["cand"]), dtype=itype), xp.empty(len(prep["cand"]), dtype=itype)]
         self.counts = xp.zeros(3, dtype=np.int64)  # a local step's queue tail, edges examined, candidates kept
         self.piece_sizes = np.diff(L.voffs)
+        self.obits = xp.zeros(self.no, dtype=bool)  # the owned frontier as a byte map, before packing
         self.comm_s = 0.0  # seconds inside collectives (waiting included), for the per-level breakdown
         if self.kind != "gpu-sim":  # compile / load the local kernels outside the timed searches
             z, seen = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype)
@@ -369,9 +370,10 @@ class _Searcher:
             row = tuple(sum(g[k] for g in got) for k in (1, 2, 3))
         size = int(self.piece_sizes[self.comm.rank])
         if 4 * n_loc > (size + 7) // 8:  # dense frontier: a bitmap is smaller than the ids
-            bits = xp.zeros(size, dtype=bool)
+            bits = self.obits  # reused (all False between levels): no fresh pages to fault in per level
             bits[front] = True
             payload = ("bits", xp.packbits(bits))
+            bits[front] = False
         else:
             payload = ("ids", front.astype(np.int32) if self.no < 2**31 else front)
         got = self._collective(self.colc.allgather, (payload, *row))
@@ -445,11 +447,11 @@ class _Searcher:
         record its parent and level; returns the new owned frontier."""
         xp = self.xp
         colmap = self.p["colmap"]
-        gpar = par.astype(np.int64) if colmap is None else colmap[par]
+        gpar = par if colmap is None else colmap[par]  # (the int64 parent array widens on assignment)
         if self.rowc is None:  # 1-D: this rank owns its whole row block
             new, newpar = rows, gpar
         else:
-            rows = rows.astype(np.int64)
+            rows, gpar = rows.astype(np.int64), gpar.astype(np.int64)
             sub = self.p["row_sub"]
             dest = xp.searchsorted(xp.asarray(sub), rows, side="right") - 1
             order = xp.argsort(dest, kind="stable")
