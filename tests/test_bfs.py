@@ -78,6 +78,28 @@ def test_true_2d_grid_on_four_workers(clients):
         assert all(e > 0 for e in r.stats["edges_examined_per_rank"])
 
 
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_level_breakdown_into_compute_exchange_wait(clients, n_workers):
+    """Every level reports its compute, exchange and wait seconds (rank means, with the slowest rank's
+    compute), and the search totals are their sums; one worker exchanges nothing and never waits."""
+    client = clients(n_workers)
+    for partition, grid in layouts(n_workers):
+        r = wb.bfs(A_RMAT, SRC_RMAT, client=client, partition=partition, grid=grid)
+        st = r.stats
+        assert len(st["per_level"]) == st["levels"]
+        for d in st["per_level"]:
+            assert d["compute_s"] > 0 and d["exchange_s"] >= 0 and d["wait_s"] >= 0, d
+            assert d["compute_max_s"] >= d["compute_s"] * (1 - 1e-9), d
+            if n_workers == 1:
+                assert d["wait_s"] == 0 and d["bytes"] == 0, d
+            else:  # every level ends in a collective that moves bytes and takes time
+                assert d["bytes"] > 0 and d["exchange_s"] + d["wait_s"] > 0, d
+        for key in ("compute", "exchange", "wait"):
+            assert st[f"{key}_seconds"] == pytest.approx(sum(d[f"{key}_s"] for d in st["per_level"]))
+    g = wb.graph500(8, edgefactor=8, n_roots=2, seed=1, client=client, validate=False)
+    assert all({"compute_s", "exchange_s", "wait_s"} <= set(d) for s in g.stats["per_search"] for d in s["per_level"])
+
+
 def test_auto_switches_direction(clients):
     r = wb.bfs(A_RMAT, SRC_RMAT, client=clients(2))
     dirs = [d["direction"] for d in r.stats["per_level"]]
@@ -207,27 +229,38 @@ rng = np.random.default_rng(1)
 checked = 0
 for idx_t, grids in ((np.int32, [(2, 32), (1, 1), (3, 7)]), (np.int64, [(2, 32)])):
     idx = A.indices.astype(idx_t)
+    hub = np.zeros(n, idx_t)
+    cpu.row_hubs(ptr, idx, deg, hub)
     visited = rng.random(n) < 0.3
     front = np.flatnonzero(rng.random(n) < 0.2).astype(np.int64)
     fbits = np.zeros(n, bool)
     fbits[front] = True
-    for name, arg in (("top_down", front), ("bottom_up", fbits)):
+    packed = np.packbits(fbits)
+    cand = np.flatnonzero(deg > 0).astype(idx_t)
+    cases = (("top_down", (front,), ()), ("bottom_up", (hub, packed, cand), (np.full(n, -1, idx_t),)))
+    for name, ins, extra in cases:
         want_v = visited.copy()
-        want = [np.full(n, -1, idx_t), np.full(n, -1, idx_t), np.array([3, 5], np.int64)]
-        getattr(cpu, name)(ptr, idx, arg, want_v, *want)
-        assert want[2][0] > 3, "the case discovers nothing"
+        def queue():  # out_rows, out_par, (keep,) counts
+            return [np.full(n, -1, idx_t), np.full(n, -1, idx_t), *[e.copy() for e in extra], np.array([3, 5, 0])]
+        want = queue()
+        getattr(cpu, name)(ptr, idx, *ins, want_v, *want)
+        assert want[-1][0] > 3, "the case discovers nothing"
         for grid in grids:
             got_v = visited.astype(np.int32)
-            got = [np.full(n, -1, idx_t), np.full(n, -1, idx_t), np.array([3, 5], np.int64)]
-            getattr(dev, name)[grid](ptr, idx, arg, got_v, *got)
+            got = queue()
+            getattr(dev, name)[grid](ptr, idx, *ins, got_v, *got)
             ctx = (name, idx_t.__name__, grid)
-            np.testing.assert_array_equal(got[2], want[2], err_msg=str(ctx))      # queue tail, edges examined
+            np.testing.assert_array_equal(got[-1], want[-1], err_msg=str(ctx))  # queue tail, edges examined, kept
             np.testing.assert_array_equal(got_v.astype(bool), want_v, err_msg=str(ctx))
-            rows, par = got[0][3:got[2][0]], got[1][3:got[2][0]]
-            np.testing.assert_array_equal(np.sort(rows), np.sort(want[0][3:want[2][0]]), err_msg=str(ctx))
-            assert (got[0][:3] == -1).all() and (got[0][got[2][0]:] == -1).all(), ctx   # nothing outside the queue
+            rows, par = got[0][3:got[-1][0]], got[1][3:got[-1][0]]
+            np.testing.assert_array_equal(np.sort(rows), np.sort(want[0][3:want[-1][0]]), err_msg=str(ctx))
+            assert (got[0][:3] == -1).all() and (got[0][got[-1][0]:] == -1).all(), ctx   # nothing outside the queue
             assert all(A[r, p] for r, p in zip(rows, par)) and fbits[par].all(), ctx   # parents: frontier neighbours
             assert not visited[rows].any(), ctx
+            if name == "bottom_up":  # the candidates kept: exactly the unvisited rows without a frontier neighbour
+                kept = np.sort(got[2][:got[-1][2]])
+                np.testing.assert_array_equal(kept, np.sort(want[2][:want[-1][2]]), err_msg=str(ctx))
+                assert not want_v[kept].any() and not (A[kept] @ fbits).any() and want[-1][2] > 0, ctx
             checked += 1
 print("checked", checked)
 """

@@ -86,7 +86,13 @@ class BFSResult:
         ``teps``, ``edges_traversed`` (undirected edges in the traversed
         component), ``edges_examined``, ``levels``, ``bytes_moved``,
         ``partition``, ``grid``, ``per_level`` (list of dicts: frontier,
-        direction, expand/local/fold seconds, bytes).
+        direction, rank 0's ``local_s``/``fold_s``/``expand_s``, bytes, and
+        the level's time split into ``compute_s`` (local work),
+        ``exchange_s`` (the collectives' own cost: serialising, sending,
+        copying) and ``wait_s`` (blocked on peers: their data, or a slower
+        rank), each the mean over ranks, with ``compute_max_s`` the slowest
+        rank's compute), and ``compute_seconds``/``exchange_seconds``/
+        ``wait_seconds``, their sums over levels.
     """
 
     parent: np.ndarray

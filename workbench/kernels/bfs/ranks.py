@@ -133,16 +133,25 @@ def _prepare(G: Any, client: Any, layout: _Layout) -> list:
     return rec.futures
 
 
+def _column_space(L: _Layout, j: int) -> tuple[np.ndarray, np.ndarray]:
+    """The column pieces (i', j), i' = 0..R-1, of processor column ``j`` as global ranges, and where each
+    starts in the block's local column space: piece by piece, each start rounded up to a whole byte so that
+    a piece's packed frontier bitmap drops into the column bitmap as it arrives, with no bit shifts."""
+    pieces = np.array([[L.voffs[ip * L.C + j], L.voffs[ip * L.C + j + 1]] for ip in range(L.R)], dtype=np.int64)
+    padded = (pieces[:, 1] - pieces[:, 0] + 7) // 8 * 8
+    col0 = np.concatenate([[0], np.cumsum(padded)]).astype(np.int64)
+    return pieces, col0
+
+
 def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -> tuple[dict, dict]:
     i, j = divmod(comm.rank, L.C)
     rlo, rhi = int(L.roffs[i]), int(L.roffs[i + 1])
     nr = rhi - rlo
-    # column set of processor column j: pieces (i', j), i' = 0..R-1, concatenated
-    col_pieces = np.array([[L.voffs[ip * L.C + j], L.voffs[ip * L.C + j + 1]] for ip in range(L.R)], dtype=np.int64)
-    col_sizes = col_pieces[:, 1] - col_pieces[:, 0]
-    col_local0 = np.concatenate([[0], np.cumsum(col_sizes)]).astype(np.int64)
-    nc = int(col_local0[-1])
-    if identity:
+    col_pieces, col0 = _column_space(L, j)
+    nc = int(col0[-1])
+    # 1-D with every row block starting on a byte: local column ids are the global ids
+    global_cols = L.C == 1 and np.array_equal(col0[:-1], col_pieces[:, 0])
+    if identity and global_cols:
         csr = sp.csr_matrix(to_host(part))
         csr = sp.csr_matrix((np.ones(csr.nnz, np.int8), csr.indices, csr.indptr), shape=(nr, nc))
     else:
@@ -156,7 +165,7 @@ def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -
                               for r in range(comm.size)])
         e = np.concatenate(got, axis=1)
         ip = (np.searchsorted(L.voffs, e[1], side="right") - 1) // L.C
-        cl = col_local0[ip] + (e[1] - col_pieces[ip, 0])
+        cl = col0[ip] + (e[1] - col_pieces[ip, 0])
         csr = sp.csr_matrix((np.ones(e.shape[1], np.int8), (e[0] - rlo, cl)), shape=(nr, nc))
     csr.sort_indices()
     csc = csr.tocsc()
@@ -164,17 +173,26 @@ def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -
     deg_rows = rowc.allreduce(np.diff(csr.indptr).astype(np.int64))
     olo, ohi = int(L.voffs[comm.rank]), int(L.voffs[comm.rank + 1])
     idx_t = np.int32 if max(nr, nc) < 2**31 else np.int64
+    csr_ptr, csr_idx = csr.indptr.astype(np.int64), csr.indices.astype(idx_t)
+    hub = np.zeros(nr, dtype=idx_t)
+    cpu.row_hubs(csr_ptr, csr_idx, np.diff(csc.indptr).astype(np.int64), hub)
+    colmap = None
+    if not global_cols:  # local column -> global vertex (-1 in the byte padding between pieces)
+        colmap = np.full(nc, -1, dtype=np.int64)
+        for (lo, hi), c0 in zip(col_pieces, col0[:-1], strict=True):
+            colmap[c0:c0 + hi - lo] = np.arange(lo, hi)
     prep = {
-        "csr_ptr": csr.indptr.astype(np.int64), "csr_idx": csr.indices.astype(idx_t),
+        "csr_ptr": csr_ptr, "csr_idx": csr_idx,
         "csc_ptr": csc.indptr.astype(np.int64), "csc_idx": csc.indices.astype(idx_t),
-        "colmap": None if L.C == 1 else np.concatenate([np.arange(a, b) for a, b in col_pieces]).astype(np.int64),
-        "col_local0": col_local0, "deg": deg_rows[olo - rlo:ohi - rlo].copy(),
+        "hub": hub, "cand": np.flatnonzero(np.diff(csr_ptr) > 0).astype(idx_t),
+        "colmap": colmap, "col0": col0, "col_sizes": col_pieces[:, 1] - col_pieces[:, 0],
+        "deg": deg_rows[olo - rlo:ohi - rlo].copy(),
         "nnz_total": int(comm.allreduce(int(csr.nnz))), "layout": L, "rlo": rlo,
         "row_sub": (L.voffs[i * L.C:(i + 1) * L.C + 1] - rlo).astype(np.int64),
     }
     xp = namespace(part) if namespace(part) is not np else device_namespace()
     if xp is not np:  # a GPU worker: the search structures live on the device from now on
-        for k in ("csr_ptr", "csr_idx", "csc_ptr", "csc_idx", "colmap", "deg"):
+        for k in ("csr_ptr", "csr_idx", "csc_ptr", "csc_idx", "hub", "cand", "colmap", "deg"):
             if prep[k] is not None:
                 prep[k] = xp.asarray(prep[k])
     return prep, {"bytes_sent": comm.stats["bytes_sent"], "nnz": int(csr.nnz)}
@@ -194,10 +212,17 @@ def _bfs_rank(comm: Any, rank_arg: tuple, sources: list, opts: dict) -> dict:
         parent, level, st = s.run(src)
         if check is not None:
             st["valid"] = s.validate(*check, parent, level, src)
-        out.append({"parent": np.array(to_host(parent)) if keep else None,
-                    "level": np.array(to_host(level)) if keep else None, "stats": st})
+        # the client widens these to int64: the narrowest exact types cross the network
+        out.append({"parent": _narrow(parent, s.L.n) if keep else None,
+                    "level": _narrow(level, st["levels"]) if keep else None, "stats": st})
     synchronize(s.parent, s.level)  # device work done before the task returns
     return {"searches": out}
+
+
+def _narrow(x: Any, bound: int) -> np.ndarray:
+    """Host copy of an int64 array whose values lie in [-1, bound], in the smallest signed type that holds them."""
+    t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if bound <= np.iinfo(t).max)
+    return np.array(to_host(x)).astype(t)
 
 
 class _Searcher:
@@ -227,16 +252,23 @@ class _Searcher:
         self.level = xp.full(self.no, -1, dtype=np.int64)
         # one byte per row for the numba twins; a 32-bit word on the device, where rows are claimed atomically
         self.visited = xp.zeros(self.nr, dtype=bool if self.dev is None else np.int32)
-        self.fbits = xp.zeros(self.nc, dtype=bool)
-        self.out_rows = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
-        self.out_par = xp.empty(self.nr, dtype=prep["csr_idx"].dtype)
-        self.counts = xp.zeros(2, dtype=np.int64)  # a local step's queue tail and edges examined
+        itype = prep["csr_idx"].dtype
+        self.fbits = xp.zeros(self.nc // 8, dtype=np.uint8)  # the column frontier, packed (nc is whole bytes)
+        self.out_rows = xp.empty(self.nr, dtype=itype)
+        self.out_par = xp.empty(self.nr, dtype=itype)
+        # bottom-up candidates: the rows a bottom-up level left unvisited, compacted from one buffer to the other
+        self.cands = [xp.empty(len(prep["cand"]), dtype=itype), xp.empty(len(prep["cand"]), dtype=itype)]
+        self.counts = xp.zeros(3, dtype=np.int64)  # a local step's queue tail, edges examined, candidates kept
         self.piece_sizes = np.diff(L.voffs)
+        self.obits = xp.zeros(self.no, dtype=bool)  # the owned frontier as a byte map, before packing
+        self.comm_s = 0.0  # seconds inside collectives (waiting included), for the per-level breakdown
         if self.kind != "gpu-sim":  # compile / load the local kernels outside the timed searches
-            z, seen, fb = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype), xp.ones(1, bool)
-            i0 = xp.zeros(1, self.out_rows.dtype)
-            self._local("top_down", z, i0, z[:1], visited=seen)  # vertex 0 of a one-row graph, no edges
-            self._local("bottom_up", z, i0, fb, visited=seen)
+            z, seen = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype)
+            i0, b0 = xp.zeros(1, itype), xp.zeros(1, np.uint8)
+            c = xp.zeros(3, np.int64)
+            # vertex 0 of a one-row graph without edges, already visited
+            self._step("top_down", (z, i0, z[:1], seen, i0.copy(), i0.copy(), c), 1)
+            self._step("bottom_up", (z, i0, i0, b0, i0, seen, i0.copy(), i0.copy(), i0.copy(), c), 1)
 
     # ---- one search ------------------------------------------------------
 
@@ -245,6 +277,9 @@ class _Searcher:
         self.parent.fill(-1)
         self.level.fill(-1)
         self.visited.fill(False)
+        n_cand = len(self.p["cand"])
+        self.cands[0][:] = self.p["cand"]
+        self.cur = 0
         direction, alpha, beta = self.opts["direction"], self.opts["alpha"], self.opts["beta"]
         n = L.n
         comm.barrier()
@@ -278,9 +313,12 @@ class _Searcher:
                     mode = "top-down"
             else:
                 mode = direction
-            b_level = comm.stats["bytes_sent"]
+            b_level, c_level, w_level = comm.stats["bytes_sent"], self.comm_s, comm.stats["seconds_waiting"]
             t1 = time.perf_counter()
-            rows, par, ex = (self._top_down(pieces) if mode == "top-down" else self._bottom_up(pieces))
+            if mode == "top-down":
+                rows, par, ex = self._top_down(pieces)
+            else:
+                rows, par, ex, n_cand = self._bottom_up(pieces, n_cand)
             examined += ex
             t2 = time.perf_counter()
             new = self._fold(rows, par, depth + 1)
@@ -288,11 +326,16 @@ class _Searcher:
             prev_n_f, n_f_level, m_f_level = n_f, n_f, m_f
             pieces, n_f, m_f, extra = self._publish(new, src_deg if depth == 0 else 0)
             t4 = time.perf_counter()
-            # expand_s: the exchange that publishes this level's discoveries as the next frontier
-            per_level.append({"level": depth, "frontier": int(n_f_level), "frontier_edges": int(m_f_level),
+            in_comm = self.comm_s - c_level
+            wait = comm.stats["seconds_waiting"] - w_level
+            # expand_s: the exchange that publishes this level's discoveries as the next frontier.
+            # compute_s + exchange_s + wait_s = the level's time: work here, collectives' own cost
+            # (serialising, sending, copying), and time blocked on peers (their data, or a slower rank).
+            per_level.append({"level": depth, "frontier": int(n_f_level), "frontier_edges": int(m_f_level) + extra,
                               "direction": mode, "local_s": t2 - t1, "fold_s": t3 - t2, "expand_s": t4 - t3,
-                              "bytes": comm.stats["bytes_sent"] - b_level, "edges_examined": int(ex)})
-            per_level[-1]["frontier_edges"] += extra  # the source's degree, known after the first exchange
+                              "compute_s": (t4 - t1) - in_comm, "exchange_s": max(in_comm - wait, 0.0),
+                              "wait_s": wait, "bytes": comm.stats["bytes_sent"] - b_level,
+                              "edges_examined": int(ex)})
             m_u -= m_f + extra
             edges_reached += m_f + extra
             depth += 1
@@ -302,6 +345,13 @@ class _Searcher:
                  "per_level": per_level}
         return self.parent, self.level, stats
 
+    def _collective(self, fn: Any, *args: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.comm_s += time.perf_counter() - t
+
     # ---- expand: frontier of my column set (+ global counts) --------------
 
     def _publish(self, front: Any, extra: int = 0) -> tuple[list, int, int, int]:
@@ -310,46 +360,52 @@ class _Searcher:
         xp = self.xp
         n_loc = int(front.shape[0])
         m_loc = int(self.p["deg"][front].sum()) if n_loc else 0
-        if self.rowc is None:
-            self.visited[front + self.own0] = True
+        if self.rowc is None:  # 1-D: the local step marked these rows visited itself
             row = (n_loc, m_loc, extra)
         else:
-            got = self.rowc.allgather((front, n_loc, m_loc, extra))
+            got = self._collective(self.rowc.allgather, (front, n_loc, m_loc, extra))
             sub = self.p["row_sub"]
             for jp, g in enumerate(got):
                 self.visited[xp.asarray(g[0]) + int(sub[jp])] = True
             row = tuple(sum(g[k] for g in got) for k in (1, 2, 3))
         size = int(self.piece_sizes[self.comm.rank])
         if 4 * n_loc > (size + 7) // 8:  # dense frontier: a bitmap is smaller than the ids
-            bits = xp.zeros(size, dtype=bool)
+            bits = self.obits  # reused (all False between levels): no fresh pages to fault in per level
             bits[front] = True
             payload = ("bits", xp.packbits(bits))
+            bits[front] = False
         else:
             payload = ("ids", front.astype(np.int32) if self.no < 2**31 else front)
-        got = self.colc.allgather((payload, *row))
+        got = self._collective(self.colc.allgather, (payload, *row))
         return [g[0] for g in got], *(sum(g[k] for g in got) for k in (1, 2, 3))
 
     def _front_ids(self, pieces: list) -> Any:
         xp = self.xp
-        c0 = self.p["col_local0"]
+        c0, sizes = self.p["col0"], self.p["col_sizes"]
         out = []
         for ip, (kind, data) in enumerate(pieces):
-            size = int(c0[ip + 1] - c0[ip])
-            ids = xp.asarray(data) if kind == "ids" else xp.flatnonzero(xp.unpackbits(xp.asarray(data))[:size])
+            if kind == "ids":
+                ids = xp.asarray(data)
+            else:
+                ids = xp.flatnonzero(xp.unpackbits(xp.asarray(data))[:int(sizes[ip])])
             out.append(ids.astype(np.int64) + int(c0[ip]))
         return xp.concatenate(out) if out else xp.zeros(0, np.int64)
 
     def _front_bits(self, pieces: list) -> Any:
+        """The column frontier as one packed bitmap: each piece's bitmap drops in at its byte offset."""
         xp = self.xp
-        c0 = self.p["col_local0"]
+        c0, sizes = self.p["col0"], self.p["col_sizes"]
         fb = self.fbits
-        fb.fill(False)
+        fb.fill(0)
         for ip, (kind, data) in enumerate(pieces):
-            lo, hi = int(c0[ip]), int(c0[ip + 1])
-            if kind == "ids":
-                fb[xp.asarray(data).astype(np.int64) + lo] = True
-            else:
-                fb[lo:hi] = xp.unpackbits(xp.asarray(data))[:hi - lo].astype(bool)
+            lo = int(c0[ip]) // 8
+            if kind == "bits":
+                fb[lo:lo + len(data)] = xp.asarray(data)
+            elif len(data):  # a sparse piece (a light frontier in a bottom-up level): pack it here
+                bits = xp.zeros(int(sizes[ip]), dtype=bool)
+                bits[xp.asarray(data)] = True
+                packed = xp.packbits(bits)
+                fb[lo:lo + len(packed)] = packed
         return fb
 
     # ---- local expansion ----------------------------------------------------
@@ -357,28 +413,32 @@ class _Searcher:
     def _top_down(self, pieces: list) -> tuple[Any, Any, int]:
         p = self.p
         front = self._front_ids(pieces)
-        return self._local("top_down", p["csc_ptr"], p["csc_idx"], front)
+        args = (p["csc_ptr"], p["csc_idx"], front, self.visited, self.out_rows, self.out_par, self.counts)
+        cnt, ex, _ = self._step("top_down", args, int(front.shape[0]) * (self.dev.LANES if self.dev else 1))
+        return self.out_rows[:cnt], self.out_par[:cnt], ex
 
-    def _bottom_up(self, pieces: list) -> tuple[Any, Any, int]:
+    def _bottom_up(self, pieces: list, n_cand: int) -> tuple[Any, Any, int, int]:
         p = self.p
         fb = self._front_bits(pieces)
-        return self._local("bottom_up", p["csr_ptr"], p["csr_idx"], fb)
+        cand, keep = self.cands[self.cur], self.cands[1 - self.cur]
+        args = (p["csr_ptr"], p["csr_idx"], p["hub"], fb, cand[:n_cand], self.visited, self.out_rows,
+                self.out_par, keep, self.counts)
+        cnt, ex, kept = self._step("bottom_up", args, n_cand)
+        self.cur = 1 - self.cur
+        return self.out_rows[:cnt], self.out_par[:cnt], ex, kept
 
-    def _local(self, name: str, ptr: Any, idx: Any, front: Any, visited: Any = None) -> tuple[Any, Any, int]:
-        """One local step, the cpu or the cuda twin ``name``, into the reused output queue: (discovered rows,
-        their parents, edges examined).  The frontier and the queue stay where they are; only the two counts
-        come to the host."""
-        visited = self.visited if visited is None else visited
-        args = (ptr, idx, front, visited, self.out_rows, self.out_par, self.counts)
-        self.counts.fill(0)
+    def _step(self, name: str, args: tuple, n: int) -> tuple[int, int, int]:
+        """One local step, the cpu or the cuda twin ``name``, into the reused output queue (``args[-1]``
+        is ``counts``): (queue length, edges examined, candidates kept).  The frontier and the queue stay
+        where they are; only the counts come to the host.  ``n``: the threads a device launch covers."""
+        counts = args[-1]
+        counts.fill(0)
         if self.dev is None:
             getattr(cpu, name)(*args)
-        else:  # top-down covers LANES threads per frontier vertex, bottom-up a thread per row
-            n = int(front.shape[0]) * self.dev.LANES if name == "top_down" else int(ptr.shape[0]) - 1
-            if n:  # nothing to launch over an empty frontier (and no zero-size device arrays to pass)
-                launch(getattr(self.dev, name), n, *args)
-        cnt, ex = (int(v) for v in to_host(self.counts))  # waits for the kernel on a GPU
-        return self.out_rows[:cnt], self.out_par[:cnt], ex
+        elif n:  # nothing to launch over an empty frontier (and no zero-size device arrays to pass)
+            launch(getattr(self.dev, name), n, *args)
+        cnt, ex, kept = (int(v) for v in to_host(counts))  # waits for the kernel on a GPU
+        return cnt, ex, kept
 
     # ---- fold: discovered vertices to their owners along the processor row ---
 
@@ -387,18 +447,19 @@ class _Searcher:
         record its parent and level; returns the new owned frontier."""
         xp = self.xp
         colmap = self.p["colmap"]
-        gpar = par.astype(np.int64) if colmap is None else colmap[par]
-        rows = rows.astype(np.int64)
+        gpar = par if colmap is None else colmap[par]  # (the int64 parent array widens on assignment)
         if self.rowc is None:  # 1-D: this rank owns its whole row block
             new, newpar = rows, gpar
         else:
+            rows, gpar = rows.astype(np.int64), gpar.astype(np.int64)
             sub = self.p["row_sub"]
             dest = xp.searchsorted(xp.asarray(sub), rows, side="right") - 1
             order = xp.argsort(dest, kind="stable")
             rows, gpar, dest = rows[order], gpar[order], dest[order]
             cuts = to_host(xp.searchsorted(dest, xp.arange(self.L.C + 1)))
-            got = self.rowc.alltoallv([(rows[cuts[k]:cuts[k + 1]] - int(sub[k]), gpar[cuts[k]:cuts[k + 1]])
-                                       for k in range(self.L.C)])
+            got = self._collective(self.rowc.alltoallv,
+                                   [(rows[cuts[k]:cuts[k + 1]] - int(sub[k]), gpar[cuts[k]:cuts[k + 1]])
+                                    for k in range(self.L.C)])
             new = xp.concatenate([xp.asarray(g[0]) for g in got])
             newpar = xp.concatenate([xp.asarray(g[1]) for g in got])
             fresh = self.parent[new] < 0
@@ -424,16 +485,25 @@ class _Searcher:
 
 
 def _merge_stats(per_rank: list[dict]) -> dict:
-    """Rank 0's timings and level trace; bytes and examined edges summed over ranks."""
+    """Rank 0's timings and level trace; bytes and examined edges summed over ranks; the per-level
+    compute / exchange / wait seconds averaged over ranks (each rank's three add up to the level's time),
+    with the slowest rank's compute alongside, and their sums over levels."""
     s = dict(per_rank[0])
     s["bytes_moved"] = int(sum(r["bytes_moved"] for r in per_rank))
     s["edges_examined"] = int(sum(r["edges_examined"] for r in per_rank))
     s["edges_examined_per_rank"] = [int(r["edges_examined"]) for r in per_rank]
     lv = [dict(x) for x in s["per_level"]]
+    P = len(per_rank)
     for k, d in enumerate(lv):
-        d["bytes"] = int(sum(r["per_level"][k]["bytes"] for r in per_rank))
-        d["edges_examined"] = int(sum(r["per_level"][k]["edges_examined"] for r in per_rank))
+        ranks = [r["per_level"][k] for r in per_rank]
+        d["bytes"] = int(sum(x["bytes"] for x in ranks))
+        d["edges_examined"] = int(sum(x["edges_examined"] for x in ranks))
+        for key in ("compute_s", "exchange_s", "wait_s"):
+            d[key] = sum(x[key] for x in ranks) / P
+        d["compute_max_s"] = max(x["compute_s"] for x in ranks)
     s["per_level"] = lv
+    for key in ("compute", "exchange", "wait"):
+        s[f"{key}_seconds"] = float(sum(d[f"{key}_s"] for d in lv))
     if "valid" in s:
         s["valid"] = bool(all(r["valid"] for r in per_rank))
     s["teps"] = s["edges_traversed"] / s["seconds"] if s["seconds"] > 0 else float("nan")
