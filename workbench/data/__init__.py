@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..backend import unique_sorted
 from ..partition import resilient
 from .datasets import SPATSTAT_PATTERNS, PointPattern, digits, spatstat_data_dir, spatstat_names, spatstat_pattern
 from .loaders import load_edgelist, load_mtx, mtx_header
@@ -119,7 +120,7 @@ def _symmetric_csr(src: np.ndarray, dst: np.ndarray, n_rows: int, n_cols: int, r
     """CSR of the given (already symmetrised) edges, loops and duplicates removed."""
     keep = src != dst
     src, dst = src[keep], dst[keep]
-    key = np.unique((src - row0) * np.int64(n_cols) + dst)
+    key = unique_sorted((src - row0) * np.int64(n_cols) + dst)
     rows, cols = np.divmod(key, np.int64(n_cols))
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])

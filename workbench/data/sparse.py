@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..backend import unique_sorted
+
 __all__ = ["random_sparse", "random_sparse_rows", "random_sparse_bytes", "ROW_BLOCK"]
 
 #: Rows per RNG stream.  Fixed, so the matrix does not depend on the worker count.
@@ -54,7 +56,7 @@ def _block(m: int, n: int, density: float, seed: int, block: int, values: str,
     counts = rng.binomial(n, density, size=rows)
     local = np.repeat(np.arange(rows, dtype=np.int64), counts)
     cols = rng.integers(0, n, size=local.size, dtype=np.int64)
-    key = np.unique(local * np.int64(n) + cols)        # sorted by row, then column; duplicates merged
+    key = unique_sorted(local * np.int64(n) + cols)        # sorted by row, then column; duplicates merged
     local, cols = np.divmod(key, np.int64(n))
     del key
     counts = np.bincount(local, minlength=rows)
