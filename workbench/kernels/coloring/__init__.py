@@ -140,7 +140,7 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
         G = distribute(_host_csr(graph), client, symmetric=kind != "partial2")
     addrs = list(G.workers)
     P = len(addrs)
-    setup, setup_s, setup_bytes = _prepared_setup(G, kind, client)          # once per (container, kind), kept on the workers
+    setup, setup_s, setup_bytes = _prepared_setup(G, kind, client)   # once per (container, kind), on the workers
     res = comms.spmd(_color_rank, setup, tie_break == "degree", int(max_rounds), client=client, workers=addrs,
                      name=f"color-{kind}")
     colors = np.concatenate([r[0] for r in res]).astype(np.int64, copy=False)
