@@ -45,7 +45,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace
 from ...cluster import default_client, worker_addresses
-from ...partition import block_offsets, resilient
+from ...partition import BlockGrid, RowBlocks, block_offsets, resilient
 from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
 from .ranks import _fft_rank
 
@@ -64,10 +64,12 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
 
     Parameters
     ----------
-    x : array_like or dask.array.Array
-        Host array (scattered to the workers) or a dask array on the cluster
-        (its chunks are used in place when they already form a slab/pencil
-        layout, else redistributed worker to worker).
+    x : array_like, RowBlocks or dask.array.Array
+        Host array (scattered to the workers on every call), its distributed
+        form ``wb.distribute(x)`` (dense row blocks: slabs along axis 0,
+        placed once and used in place by every call), or a dask array on the
+        cluster (its chunks are used in place when they already form a
+        slab/pencil layout, else redistributed worker to worker).
     s : sequence of int, optional
         Output length along each transformed axis (crop or zero-pad), as numpy.
     axes : sequence of int, optional
@@ -303,6 +305,8 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
         if unknown or not workers or len(set(workers)) != len(workers):
             raise ValueError(f"workers must be distinct addresses of this cluster's workers, got {workers!r}")
         addrs = list(workers)
+    if isinstance(x, RowBlocks | BlockGrid):
+        x = _rows_as_dask(x)   # what wb.distribute(ndarray) returns: slabs along axis 0, used in place
     x, axes, s, out_dtype = _validate(kind, x, s, axes, norm, decomposition, grid, len(addrs))
     plan, native = _make_plan(kind, x, axes, s, norm, decomposition, grid, len(addrs), out_dtype, overlap)
     P = max(1, math.prod(plan.grid))
@@ -337,6 +341,19 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
         "per_rank": infos,
     }
     return out
+
+
+def _rows_as_dask(x: Any) -> Any:
+    """Dense row blocks (``wb.distribute`` of a host array) as a dask array over the same futures.
+
+    Its chunks are the blocks, one slab along axis 0 per worker, which is the
+    slab layout itself when the transform runs on those workers: the blocks
+    are used where they are, nothing moves before the first transpose.
+    """
+    if isinstance(x, BlockGrid) or x.kind != "dense":
+        raise TypeError(f"x: fftn needs a dense array, dense row blocks (wb.distribute of an ndarray) or a dask "
+                        f"array, got {type(x).__name__} of kind {x.kind!r}")
+    return x.to_dask_array()
 
 
 def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[str]) -> tuple[list, list[str]]:
