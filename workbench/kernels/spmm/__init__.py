@@ -363,10 +363,17 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
         workers = list(Ad.workers)
         if len(set(workers)) != len(workers):
             raise ValueError("A has several row blocks per worker; spmm needs one block per worker")
+        a_args = [{(r, -1): Ad.parts[r]} for r in range(len(workers))]
+        if _is_dask_array(B):
+            # B's own row chunks are the inner tiles, each served by the rank on whose worker it lives:
+            # no rechunk to A's row blocks and no chunk shipped through the scheduler on every call
+            koffs, owners, b_args = _dask_rows_in_place(B, client, workers)
+            lay = _Layout("1d", workers, np.asarray(Ad.offsets), koffs, np.array([0, k]), grid=(len(workers), 1),
+                          b_owner=owners)
+            return lay, a_args, b_args
         Bd = _rows_on(B, client, workers)
         lay = _Layout("1d", workers, np.asarray(Ad.offsets), np.asarray(Bd.offsets), np.array([0, k]),
                       grid=(len(workers), 1))
-        a_args = [{(r, -1): Ad.parts[r]} for r in range(lay.size)]
         b_args = [{(r, 0): Bd.parts[r]} for r in range(lay.size)]
         return lay, a_args, b_args
     if isinstance(A, BlockGrid):
@@ -399,6 +406,32 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
     return lay, a_args, b_args
 
 
+def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np.ndarray, tuple, list]:
+    """A dask B's row chunks as 1-D inner tiles where they live: (row offsets, owning rank per tile, per-rank
+    {(l, 0): future}).  A chunk on none of ``workers`` goes to a rank in proportion (Dask moves it once)."""
+    from distributed import futures_of
+
+    if B.numblocks[1] != 1:
+        B = B.rechunk({1: -1})              # whole rows per chunk: a tile is a row range of B
+    Bp = client.persist(B)                  # already persisted: the same keys, nothing runs
+    fmap = {f.key: f for f in futures_of(Bp)}
+    keys = [(Bp.name, l, 0) for l in range(Bp.numblocks[0])]
+    who = client.who_has([fmap[key] for key in keys])
+    rank_of = {w: r for r, w in enumerate(workers)}
+    sizes = Bp.chunks[0]
+    koffs, owners = [0], []
+    b_args: list[dict] = [{} for _ in workers]
+    for l, key in enumerate(keys):
+        if sizes[l] == 0:
+            continue
+        held = [rank_of[w] for w in who.get(key, ()) if w in rank_of]
+        r = held[0] if held else min(len(workers) - 1, koffs[-1] * len(workers) // int(Bp.shape[0]))
+        b_args[r][(len(owners), 0)] = fmap[key]
+        owners.append(r)
+        koffs.append(koffs[-1] + int(sizes[l]))
+    return np.asarray(koffs, dtype=np.int64), tuple(owners), b_args
+
+
 def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
     """B as dense row blocks, one per worker of ``workers`` (used in place when it already is)."""
     if isinstance(B, RowBlocks) and list(B.workers) == list(workers):
@@ -422,7 +455,7 @@ def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> list:
     recomputed from A's futures if a worker is lost.
     """
     keys = tuple(tuple(sorted((k, f.key) for k, f in a.items())) for a in a_args)
-    ck = (lay.kind, tuple(int(x) for x in lay.koffs), keys)
+    ck = (lay.kind, tuple(int(x) for x in lay.koffs), lay.b_owner, keys)   # local B tiles get direct indices
     cache = A.meta.setdefault("_spmm_prepared", {})
     futs = cache.get(ck)
     if futs is None or any(f.status in ("error", "cancelled", "lost") for f in futs):
