@@ -81,8 +81,10 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
         Host input is distributed first (1-D row blocks, or a grid when
         ``grid`` is given); distributed input stays where it is.
     B : ndarray, dask array or dense RowBlocks, 2-D (n x k)
-        With 1-D A, B is split into the same number of row blocks (a dense
-        RowBlocks on A's workers is used in place).
+        With 1-D A, a dask array's row chunks are used where they live (any
+        row chunking; columns are joined into one chunk first), a dense
+        RowBlocks on A's workers is used in place, and a host array is split
+        into A's row blocks.
     algorithm : {"auto", "stationary-c", "stationary-a", "summa", "work-stealing"}
         "auto" is stationary-C.
     grid : (R, C), optional
