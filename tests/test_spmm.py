@@ -332,6 +332,10 @@ def test_dask_b_row_chunks_used_where_they_live(clients, n_workers, monkeypatch)
         np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
     Bo = client.persist(da.from_array(2 * B, chunks=(11, 5)), workers=[addrs[-1]])   # same chunks, one worker
     wait(Bo)
+    reused = []
     for _ in range(2):
-        np.testing.assert_allclose(np.asarray(wb.spmm(G, Bo, client=client)), A @ (2 * B), rtol=1e-12, atol=1e-12)
+        C = wb.spmm(G, Bo, client=client)
+        np.testing.assert_allclose(np.asarray(C), A @ (2 * B), rtol=1e-12, atol=1e-12)
+        reused.append(C.stats["tiles_reused"])
+    assert reused[1]                   # the same placement again: A's tiles cut once
     np.testing.assert_allclose(np.asarray(wb.spmm(G, Bd, client=client)), A @ B, rtol=1e-12, atol=1e-12)

@@ -109,7 +109,8 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
         prepare/issue/fetch_wait/compute/accumulate/sync), ``phases_cpu``
         (the same phases in the rank thread's CPU seconds: wall well above
         CPU means the rank was waiting for a core), ``units``, ``steals``,
-        ``algorithm``, ``grid``.
+        ``tiles_reused`` (A's tiles were cut by an earlier call), ``algorithm``,
+        ``grid``.
 
     Examples
     --------
@@ -126,8 +127,9 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     P = lay.size
     # compile/load the numba kernels here, never concurrently on the workers
     _warm_kernels(plan["dtype"], np.diff(lay.joffs))
+    reused = False
     if isinstance(A, RowBlocks | BlockGrid):
-        a_args = _prepared_tiles(A, lay, a_args, client)  # cut once per distributed A, reused by later calls
+        a_args, reused = _prepared_tiles(A, lay, a_args, client)  # cut once per distributed A and placement of B
     rank_args = [(a_args[r], b_args[r]) for r in range(P)]
     futs = comms.run_spmd(_spmm_rank, rank_args, lay, plan["algorithm"], plan["check_finite"], seed,
                           client=client, workers=lay.workers, name=f"spmm-{plan['algorithm']}")
@@ -136,6 +138,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     seconds = time.perf_counter() - t0
     C = _as_dask_array(blocks, lay, plan["dtype"])
     C.stats = _spmm_stats(infos, lay, plan, seconds)
+    C.stats["tiles_reused"] = reused
     return (C, C.stats) if return_stats else C
 
 
@@ -427,7 +430,7 @@ def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np
         if sizes[l] == 0:
             continue
         held = [rank_of[w] for w in who.get(key, ()) if w in rank_of]
-        r = held[0] if held else min(len(workers) - 1, koffs[-1] * len(workers) // int(Bp.shape[0]))
+        r = min(held) if held else min(len(workers) - 1, koffs[-1] * len(workers) // int(Bp.shape[0]))
         b_args[r][(len(owners), 0)] = fmap[key]
         owners.append(r)
         koffs.append(koffs[-1] + int(sizes[l]))
@@ -445,7 +448,7 @@ def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
     return distribute(B, client, workers=workers)
 
 
-def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> list:
+def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> tuple[list, bool]:
     """Futures of every rank's prepared A tiles, cached on the distributed A.
 
     Cutting A into compressed tiles (and, for the tile whose B is local, the
@@ -460,13 +463,14 @@ def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> list:
     ck = (lay.kind, tuple(int(x) for x in lay.koffs), lay.b_owner, keys)   # local B tiles get direct indices
     cache = A.meta.setdefault("_spmm_prepared", {})
     futs = cache.get(ck)
-    if futs is None or any(f.status in ("error", "cancelled", "lost") for f in futs):
-        cache.clear()  # one partition of B at a time: don't pile up copies of A
-        futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, r, workers=[lay.workers[r]],
-                              allow_other_workers=False, pure=False, key=f"spmm-prepare-{uuid.uuid4().hex[:12]}-{r}")
-                for r in range(lay.size)]
-        cache[ck] = futs
-    return list(futs)
+    if futs is not None and not any(f.status in ("error", "cancelled", "lost") for f in futs):
+        return list(futs), True
+    cache.clear()  # one partition of B at a time: don't pile up copies of A
+    futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, r, workers=[lay.workers[r]],
+                          allow_other_workers=False, pure=False, key=f"spmm-prepare-{uuid.uuid4().hex[:12]}-{r}")
+            for r in range(lay.size)]
+    cache[ck] = futs
+    return list(futs), False
 
 
 def _as_dask_array(blocks: list, lay: _Layout, dtype: Any) -> Any:
