@@ -353,3 +353,35 @@ def test_color_on_simulated_device_workers(clients, n_workers, case):
     assert _oracle_conflicts(A, r.colors, distance) == 0
     assert wb.validate_coloring(A, r.colors, distance=distance)
     assert r.stats["conflicts"][-1] == 0 and r.n_colors == len(np.unique(r.colors))
+
+
+def test_setup_and_symmetry_once_per_container(clients, monkeypatch):
+    """wb.distribute(A) then repeated calls: the symmetry check and the setup (ghost layers, subscriptions,
+    degree order) run on the first call only, and later calls give the same answer."""
+    from workbench.kernels import coloring as kc
+    from workbench.partition import pattern_hashes
+
+    client = clients(2)
+    launched, submitted = [], []
+    run, submit = kc.comms.run_spmd, client.submit
+    monkeypatch.setattr(kc.comms, "run_spmd", lambda fn, *a, **k: (launched.append(fn.__name__), run(fn, *a, **k))[1])
+    monkeypatch.setattr(client, "submit", lambda fn, *a, **k: (submitted.append(fn), submit(fn, *a, **k))[1])
+    A = wb.data.rmat(9, seed=1)
+    G = wb.distribute(A, client=client)
+    assert G.symmetric is None
+    r1 = wb.color(G, distance=1, client=client)
+    r2 = wb.color(G, distance=1, client=client)
+    assert submitted.count(pattern_hashes) == 2            # one tiny task per block, first call only
+    assert launched.count("_setup_rank") == 1 and launched.count("_color_rank") == 2
+    assert not r1.stats["setup_reused"] and r2.stats["setup_reused"] and r2.stats["setup_seconds"] == 0.0
+    np.testing.assert_array_equal(r1.colors, r2.colors)
+    assert wb.validate_coloring(A, r2.colors, distance=1)
+    r3 = wb.color(G, distance=2, client=client)            # another kind: its own setup
+    assert launched.count("_setup_rank") == 2 and submitted.count(pattern_hashes) == 2
+    assert _oracle_conflicts(A, r3.colors, 2) == 0
+    # a non-symmetric container is rejected on every call, and checked once
+    B = wb.distribute(sp.csr_matrix(np.triu(np.ones((40, 40)), 1)), client=client)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="symmetric"):
+            wb.color(B, client=client)
+    assert submitted.count(pattern_hashes) == 4 and launched.count("_setup_rank") == 2

@@ -124,6 +124,21 @@ def test_coloring_host_data_survives_two_kills_in_turn(client):
     assert (G.gather(client) != A).nnz == 0
 
 
+def test_coloring_setup_lost_between_calls(client):
+    """The setup a first call leaves on the workers is lost with a worker between calls: the next call builds it
+    again (and repairs the container) instead of waiting for it."""
+    A = wb.data.rmat(10, seed=6)
+    G = wb.distribute(A, client=client)
+    assert_valid_coloring(A, wb.color(G, client=client))
+    _kill(client, G.workers[0])
+    time.sleep(0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkerLostWarning)
+        assert_valid_coloring(A, wb.color(G, client=client))
+    client.wait_for_workers(N_WORKERS, timeout=60)
+    assert (G.gather(client) != A).nnz == 0
+
+
 def assert_valid_coloring(A, c):
     coo = sp.triu(A, 1).tocoo()
     assert (c.colors >= 0).all() and not (c.colors[coo.row] == c.colors[coo.col]).any()

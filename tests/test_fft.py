@@ -299,3 +299,24 @@ def test_gpu_matches_numpy():
         x = _data((16, 12, 10), seed=13)
         F = wb.fftn(cp.asarray(x), client=client)
         validate_fft(F.map_blocks(cp.asnumpy, dtype=F.dtype), x, "fwd")
+
+
+@pytest.mark.parametrize("n_workers", (1, 2, 3))
+def test_distributed_input_is_used_in_place(clients, n_workers):
+    """The README's path: wb.distribute(x) once (dense row blocks), then fftn/ifftn/rfftn on it; the slabs are the
+    input layout, so nothing is redistributed before the first transpose.  Blocks that are not dense are refused."""
+    client = clients(n_workers)
+    x = _data((10, 6, 7))
+    xd = wb.distribute(x, client=client)
+    F = wb.fftn(xd, client=client)
+    validate_fft(F, x, "fwd")
+    assert F.stats["input_redistributed"] is False
+    validate_fft(wb.ifftn(xd, client=client), x, "bwd")
+    xr = _data((10, 6, 7), seed=2, real=True)
+    validate_fft(wb.rfftn(wb.distribute(xr, client=client), client=client), xr, "r2c")
+    validate_fft(wb.fftn(xd, decomposition="pencil", client=client), x, "fwd")
+    np.testing.assert_array_equal(xd.gather(client), x)          # the input is left as it was
+    import scipy.sparse as sp
+
+    with pytest.raises(TypeError, match="x"):
+        wb.fftn(wb.distribute(sp.random(8, 8, 0.5, format="csr", random_state=0), client=client), client=client)

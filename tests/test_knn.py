@@ -407,3 +407,28 @@ def test_approximate_on_simulated_device_workers(clients, n_workers):
         if joins:
             assert n_workers > 1 or (g.distances < a.distances).any()
             assert g.stats["distance_evaluations"] > a.stats["distance_evaluations"]
+
+
+def test_finiteness_checked_once_per_container(clients, monkeypatch):
+    """wb.distribute(X) then repeated calls: the NaN/inf check runs on the workers on the first call only;
+    a container holding a NaN is rejected on every call, and checked once."""
+    from workbench.kernels.knn import _finite_block
+
+    client = clients(2)
+    submitted = []
+    submit = client.submit
+    monkeypatch.setattr(client, "submit", lambda fn, *a, **k: (submitted.append(fn), submit(fn, *a, **k))[1])
+    X = _points()
+    Xd = wb.distribute(X, client=client)
+    g1 = wb.knn_graph(Xd, K, exact=True, client=client)
+    g2 = wb.knn_graph(Xd, K, exact=True, client=client)
+    wb.knn_graph(Xd, K, client=client)
+    assert submitted.count(_finite_block) == 2                 # one tiny task per block, first call only
+    np.testing.assert_array_equal(g1.indices, g2.indices)
+    Xb = X.copy()
+    Xb[7, 3] = np.nan
+    Bd = wb.distribute(Xb, client=client)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="NaN"):
+            wb.knn_graph(Bd, K, client=client)
+    assert submitted.count(_finite_block) == 4

@@ -385,3 +385,35 @@ def test_gpu_sim_envelopes_and_ablations_equal_cpu_path(clients):
             np.testing.assert_allclose(res.lower, ref.lower, rtol=1e-10, atol=0, err_msg=what)
             np.testing.assert_allclose(res.upper, ref.upper, rtol=1e-10, atol=0, err_msg=what)
             assert np.any(res.upper > res.lower), what
+
+
+def test_values_checked_once_per_container(clients, monkeypatch):
+    """wb.distribute(pts) then repeated calls: each block's bounds are computed on its worker on the first call
+    only; every later window (and time window) is checked against them, and a point outside a window is still
+    rejected with its count."""
+    from workbench.kernels.ripley import _block_bounds
+
+    client = clients(2)
+    submitted = []
+    submit = client.submit
+    monkeypatch.setattr(client, "submit", lambda fn, *a, **k: (submitted.append(fn), submit(fn, *a, **k))[1])
+    pts, times = _pattern(300, seed=5)
+    P, T = wb.distribute(pts, client=client), wb.distribute(times, client=client)
+    a = wb.ripley_k(P, RADII, window=WIN, client=client)
+    b = wb.ripley_k(P, RADII, window=WIN, client=client)
+    np.testing.assert_array_equal(a.k, b.k)
+    assert submitted.count(_block_bounds) == 2
+    wb.ripley_k(P, RADII, window=(WIN[0] - 1, WIN[1], WIN[2], WIN[3] + 1), client=client)   # wider: still fine
+    assert submitted.count(_block_bounds) == 2
+    x_cut = float(np.median(pts[:, 0]))
+    with pytest.raises(ValueError, match=rf"^{int(np.count_nonzero(pts[:, 0] > x_cut))} points lie outside"):
+        wb.ripley_k(P, RADII, window=(WIN[0], x_cut, WIN[2], WIN[3]), client=client)
+    tr = np.array([2.0, 6.0])
+    for _ in range(2):                                      # with times: their bounds once per (points, times)
+        wb.ripley_k(P, RADII, window=WIN, times=T, time_radii=tr, time_window=TWIN, client=client)
+    assert submitted.count(_block_bounds) == 4
+    with pytest.raises(ValueError, match="time_window"):
+        wb.ripley_k(P, RADII, window=WIN, times=T, time_radii=tr, time_window=(TWIN[0], TWIN[0] + 1), client=client)
+    Pn = wb.distribute(np.vstack([pts, [[np.nan, 1.0]]]), client=client)
+    with pytest.raises(ValueError, match="NaN"):
+        wb.ripley_k(Pn, RADII, window=WIN, client=client)

@@ -306,3 +306,36 @@ def test_spmm_gpu_matches_scipy():
             C = wb.spmm(csp.csr_matrix(A), cp.asarray(B), algorithm=algorithm, client=client)
             out = C.compute()
             np.testing.assert_allclose(cp.asnumpy(out), A @ B, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_dask_b_row_chunks_used_where_they_live(clients, n_workers, monkeypatch):
+    """The README's path: A from wb.distribute, B a dask array chunked by rows (chunks that match neither the
+    worker count nor A's blocks).  Every algorithm multiplies B's chunks where they live (no rechunk into row
+    blocks), and A's tiles prepared for one placement of B's chunks are not reused for another."""
+    import dask.array as da
+    from distributed import wait
+
+    from workbench.cluster import worker_addresses
+    from workbench.kernels import spmm as ks
+
+    client = clients(n_workers)
+    addrs = worker_addresses(client)
+    A = _matrix(m=70, n=53)
+    B = _dense(53, 5)
+    G = wb.distribute(A, client=client)
+    Bd = client.persist(da.from_array(B, chunks=(11, 5)))
+    wait(Bd)
+    monkeypatch.setattr(ks, "rows_of", lambda *a, **k: pytest.fail("B was rechunked into row blocks"))
+    for algorithm in ks.ALGORITHMS:
+        C = wb.spmm(G, Bd, algorithm=algorithm, client=client)
+        np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+    Bo = client.persist(da.from_array(2 * B, chunks=(11, 5)), workers=[addrs[-1]])   # same chunks, one worker
+    wait(Bo)
+    reused = []
+    for _ in range(2):
+        C = wb.spmm(G, Bo, client=client)
+        np.testing.assert_allclose(np.asarray(C), A @ (2 * B), rtol=1e-12, atol=1e-12)
+        reused.append(C.stats["tiles_reused"])
+    assert reused[1]                   # the same placement again: A's tiles cut once
+    np.testing.assert_allclose(np.asarray(wb.spmm(G, Bd, client=client)), A @ B, rtol=1e-12, atol=1e-12)

@@ -1,4 +1,4 @@
-"""SPMD rank body of :func:`workbench.kernels.coloring.color`: one long task per worker.
+"""SPMD rank bodies of :func:`workbench.kernels.coloring.color`: one long task per worker.
 
 Each rank sets up its vertex space (owned vertices, then one or two ghost
 layers fetched from their owners), subscribes to the ghosts' colors, then
@@ -7,9 +7,11 @@ the previous round's losers, one all-to-all of the changed colors, and the
 conflict check on the boundary vertices that changed.  The local loops are
 the numba kernels of :mod:`.cpu` on CPU workers and their numba.cuda twins of
 :mod:`.cuda` on "gpu"/"gpu-sim" workers, where the first fit is speculative
-(:func:`_speculative_first_fit`).  The setup (sparse gathers, ghost layers)
-runs on the host once per call; its arrays then move to the device, where
-the rounds keep the colors.
+(:func:`_speculative_first_fit`).  The setup (sparse gathers, ghost layers,
+degree order: :func:`_setup_rank`) depends on the graph alone, so it runs on
+the host once per distributed graph and kind, in its own group, and its
+result stays on the workers (on the device for device workers) for every
+later call's rounds (:func:`_color_rank`).
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ def priority_hash(gid: Any) -> Any:
     return (splitmix64(np.asarray(gid).astype(np.uint64)) >> np.uint64(1)).astype(np.int64)
 
 
-def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.ndarray, n_rows: int, n_cols: int,
-                kind: int | str, use_degree: bool, max_rounds: int) -> tuple:
+def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.ndarray, n_rows: int,
+                n_cols: int, kind: int | str) -> tuple[dict, dict]:
+    """Everything a coloring needs that depends on the graph alone: ghost layers,
+    local ids, subscriptions, degrees, priorities, degree batches, boundary.
+
+    :func:`~workbench.kernels.coloring.color` runs it once per (container,
+    kind) and keeps the result on the workers, so later calls go straight to
+    the rounds.  On device workers the arrays are moved to the device here.
+    """
     t0 = time.perf_counter()
     # The setup is sparse host work (scipy); a device block is brought over once.
     A = sp.csr_matrix(to_host(block))
@@ -71,7 +80,6 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
 
     device = device_kind()
-    dev = None
     if device != "cpu":
         # device workers: the setup's arrays move over once; rounds run numba.cuda twins of the cpu kernels
         from . import cuda as dev
@@ -81,12 +89,30 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
         send_idx = {q: to_device(i) for q, i in send_idx.items()}
     xp = namespace(ip1)
     remote = xp.zeros(n_loc, dtype=bool)
-    if dev is None:
+    if device == "cpu":
         _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
     else:
         launch(dev._has_remote, n_loc, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
     boundary = xp.flatnonzero(remote).astype(xp.int64)
-    t_setup = time.perf_counter() - t0
+    setup = {"device": device, "n_loc": n_loc, "n_v": n_v, "depth": depth, "mids_are_vertices": mids_are_vertices,
+             "ip1": ip1, "ix1": ix1, "ip2": ip2, "ix2": ix2, "deg": deg, "hsh": hsh, "gid": gid, "pos": pos,
+             "batches": batches, "send_idx": send_idx, "recv_rng": recv_rng, "boundary": boundary,
+             "nnz": int(A.nnz)}
+    return setup, {"seconds": time.perf_counter() - t0, "bytes_sent": int(comm.stats["bytes_sent"])}
+
+
+def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tuple:
+    """The speculative rounds on a rank's prepared :func:`_setup_rank` (read only: every call starts afresh)."""
+    t0 = time.perf_counter()
+    device = setup["device"]
+    dev = None
+    if device != "cpu":
+        from . import cuda as dev
+    n_loc, n_v, depth, mids_are_vertices = setup["n_loc"], setup["n_v"], setup["depth"], setup["mids_are_vertices"]
+    ip1, ix1, ip2, ix2 = setup["ip1"], setup["ix1"], setup["ip2"], setup["ix2"]
+    deg, hsh, gid, pos, batches = setup["deg"], setup["hsh"], setup["gid"], setup["pos"], setup["batches"]
+    send_idx, recv_rng, boundary = setup["send_idx"], setup["recv_rng"], setup["boundary"]
+    xp = namespace(ip1)
 
     colors = xp.full(n_v, -1, dtype=xp.int64)
     on_boundary = xp.zeros(n_loc, dtype=bool)
@@ -123,12 +149,11 @@ def _color_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
         colors[lost] = -1
         redo = lost[xp.argsort(pos[lost])].astype(xp.int64)
     out = to_host(colors[:n_loc]).copy()      # the answer comes home once (from the device, a synchronizing copy)
-    t_total = time.perf_counter() - t0
     from distributed import get_worker
 
     info = {"worker": get_worker().address, "rounds": k, "conflicts": conflicts,
             "bytes_sent": int(comm.stats["bytes_sent"]), "backend": device, "speculative_passes": passes,
-            "nnz": int(A.nnz), "setup_seconds": t_setup, "color_seconds": t_total - t_setup}
+            "nnz": setup["nnz"], "color_seconds": time.perf_counter() - t0}
     return out, info
 
 

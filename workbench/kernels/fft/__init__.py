@@ -45,7 +45,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace
 from ...cluster import default_client, worker_addresses
-from ...partition import block_offsets, resilient
+from ...partition import BlockGrid, RowBlocks, block_offsets, resilient
 from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
 from .ranks import _fft_rank
 
@@ -64,10 +64,12 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
 
     Parameters
     ----------
-    x : array_like or dask.array.Array
-        Host array (scattered to the workers) or a dask array on the cluster
-        (its chunks are used in place when they already form a slab/pencil
-        layout, else redistributed worker to worker).
+    x : array_like, RowBlocks or dask.array.Array
+        Host array (scattered to the workers on every call), its distributed
+        form ``wb.distribute(x)`` (dense row blocks: slabs along axis 0,
+        placed once and used in place by every call), or a dask array on the
+        cluster (its chunks are used in place when they already form a
+        slab/pencil layout, else redistributed worker to worker).
     s : sequence of int, optional
         Output length along each transformed axis (crop or zero-pad), as numpy.
     axes : sequence of int, optional
@@ -303,11 +305,14 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
         if unknown or not workers or len(set(workers)) != len(workers):
             raise ValueError(f"workers must be distinct addresses of this cluster's workers, got {workers!r}")
         addrs = list(workers)
+    rows = x if isinstance(x, RowBlocks | BlockGrid) else None
+    if rows is not None:
+        x = _rows_as_dask(rows)   # what wb.distribute(ndarray) returns: slabs along axis 0, used in place
     x, axes, s, out_dtype = _validate(kind, x, s, axes, norm, decomposition, grid, len(addrs))
     plan, native = _make_plan(kind, x, axes, s, norm, decomposition, grid, len(addrs), out_dtype, overlap)
     P = max(1, math.prod(plan.grid))
     t0 = time.perf_counter()
-    rank_args, workers = _place_input(client, x, plan, native, addrs[:P] if P <= len(addrs) else addrs)
+    rank_args, workers = _place_input(client, x, plan, native, addrs[:P] if P <= len(addrs) else addrs, rows)
     futs = comms.run_spmd(_fft_rank, rank_args, plan, client=client, workers=workers, name=f"fft-{kind}",
                           publish_info=True)
     comms.wait_group(futs)
@@ -339,8 +344,25 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     return out
 
 
-def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[str]) -> tuple[list, list[str]]:
-    """Per-rank input: ("block", future) when the chunks are the layout, else ("pieces", [(box, future)])."""
+def _rows_as_dask(x: Any) -> Any:
+    """Dense row blocks (``wb.distribute`` of a host array) as a dask array over the same futures.
+
+    Its chunks are the blocks, one slab along axis 0 per worker, which is the
+    slab layout itself when the transform runs on those workers: the blocks
+    are used where they are, nothing moves before the first transpose.
+    """
+    if isinstance(x, BlockGrid) or x.kind != "dense":
+        raise TypeError(f"x: fftn needs a dense array, dense row blocks (wb.distribute of an ndarray) or a dask "
+                        f"array, got {type(x).__name__} of kind {x.kind!r}")
+    return x.to_dask_array()
+
+
+def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[str],
+                 rows: RowBlocks | None = None) -> tuple[list, list[str]]:
+    """Per-rank input: ("block", future) when the chunks are the layout, else ("pieces", [(box, future)]).
+
+    ``rows``: the row blocks ``x`` was made from; when they are the slab layout on these workers their futures
+    go to the ranks as they are (no persist round trip per call)."""
     import dask.array as da
     from distributed import futures_of
 
@@ -360,6 +382,9 @@ def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[s
             [f] = client.scatter([blk], workers=[addrs[r]], direct=True, hash=False, broadcast=False)
             futs.append(("block", f))
         return futs, list(addrs)
+    if native and rows is not None and len(rows.parts) == P and set(rows.workers) <= set(addrs) \
+            and len(set(rows.workers)) == P and plan.grid == (P,):
+        return [("block", f) for f in rows.parts], list(rows.workers)
     xp = client.persist(x)
     fmap = {f.key: f for f in futures_of(xp)}
     keys = {idx: (xp.name, *idx) for idx in np.ndindex(*xp.numblocks)}

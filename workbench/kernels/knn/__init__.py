@@ -376,11 +376,19 @@ def _finite_block(x: Any) -> tuple[bool, bool]:
 
 
 def _check_finite_distributed(blocks: RowBlocks, client: Any, metric: str) -> None:
-    checks = client.gather([client.submit(_finite_block, f, workers=[w], pure=False)
-                            for f, w in zip(blocks.parts, blocks.workers, strict=True)])
-    if not all(c[0] for c in checks):
+    """NaN/inf (and, for cosine, all-zero rows) in distributed points: checked on the workers
+    once per container and remembered in ``blocks.meta`` (keyed by the blocks' futures, so
+    repaired blocks are checked again); later calls on the same points pay nothing."""
+    key = tuple(f.key for f in blocks.parts)
+    known = blocks.meta.get("_knn_finite")
+    if known is None or known[0] != key:
+        checks = client.gather([client.submit(_finite_block, f, workers=[w], pure=False)
+                                for f, w in zip(blocks.parts, blocks.workers, strict=True)])
+        known = (key, all(c[0] for c in checks), all(c[1] for c in checks))
+        blocks.meta["_knn_finite"] = known
+    if not known[1]:
         raise ValueError("X has NaN or infinite coordinates")
-    if metric == "cosine" and not all(c[1] for c in checks):
+    if metric == "cosine" and not known[2]:
         raise ValueError("metric='cosine' needs non-zero rows; X has an all-zero row")
 
 

@@ -378,7 +378,43 @@ def _block_problems(block: Any, tblock: Any, win: tuple, twin: tuple | None) -> 
     return nonfinite, outside, tbad
 
 
+def _block_bounds(block: Any, tblock: Any) -> tuple:
+    """(non-finite rows, xmin, xmax, ymin, ymax, non-finite times, tmin, tmax) of one block."""
+    p = np.asarray(to_host(block), dtype=np.float64)
+    ok = np.isfinite(p).all(axis=1)
+    q = p[ok]
+    box = (q[:, 0].min(), q[:, 0].max(), q[:, 1].min(), q[:, 1].max()) if len(q) else (np.inf, -np.inf) * 2
+    tb = (0, np.inf, -np.inf)
+    if tblock is not None:
+        t = np.asarray(to_host(tblock), dtype=np.float64)
+        tf = t[np.isfinite(t)]
+        tb = (int(len(t) - len(tf)), tf.min() if len(tf) else np.inf, tf.max() if len(tf) else -np.inf)
+    return (int(len(p) - len(q)), *(float(v) for v in box), tb[0], float(tb[1]), float(tb[2]))
+
+
 def _check_distributed_values(client: Any, pts: RowBlocks, tms: RowBlocks | None, cfg: dict) -> None:
+    """Distributed points (and times): finite and inside the windows.  Each block's bounds are
+    computed on its worker once per container (remembered in ``pts.meta``, keyed by the blocks'
+    futures), so later calls check any window against them without a task; only a call that
+    fails counts the offending points, for the message."""
+    key = (tuple(f.key for f in pts.parts), None if tms is None else tuple(f.key for f in tms.parts))
+    known = pts.meta.get("_ripley_bounds")
+    if known is None or known[0] != key:
+        futs = [client.submit(_block_bounds, pts.parts[p], None if tms is None else tms.parts[p],
+                              workers=[pts.workers[p]], pure=False) for p in range(pts.n_parts)]
+        known = (key, client.gather(futs))
+        pts.meta["_ripley_bounds"] = known
+    b = np.asarray(known[1], dtype=np.float64).reshape(-1, 8)
+    win, twin = cfg["window"], cfg["time_window"]
+    ok = (b[:, 0].sum() == 0 and b[:, 1].min() >= win[0] and b[:, 2].max() <= win[1]
+          and b[:, 3].min() >= win[2] and b[:, 4].max() <= win[3])
+    if tms is not None:
+        ok = ok and b[:, 5].sum() == 0 and b[:, 6].min() >= twin[0] and b[:, 7].max() <= twin[1]
+    if not ok:
+        _count_problems(client, pts, tms, cfg)
+
+
+def _count_problems(client: Any, pts: RowBlocks, tms: RowBlocks | None, cfg: dict) -> None:
     # One small task per block where it lives, before the SPMD group starts.
     futs = [client.submit(_block_problems, pts.parts[p], None if tms is None else tms.parts[p], cfg["window"],
                           cfg["time_window"], workers=[pts.workers[p]], pure=False) for p in range(pts.n_parts)]

@@ -81,8 +81,10 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
         Host input is distributed first (1-D row blocks, or a grid when
         ``grid`` is given); distributed input stays where it is.
     B : ndarray, dask array or dense RowBlocks, 2-D (n x k)
-        With 1-D A, B is split into the same number of row blocks (a dense
-        RowBlocks on A's workers is used in place).
+        With 1-D A, a dask array's row chunks are used where they live (any
+        row chunking; columns are joined into one chunk first), a dense
+        RowBlocks on A's workers is used in place, and a host array is split
+        into A's row blocks.
     algorithm : {"auto", "stationary-c", "stationary-a", "summa", "work-stealing"}
         "auto" is stationary-C.
     grid : (R, C), optional
@@ -107,7 +109,8 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
         prepare/issue/fetch_wait/compute/accumulate/sync), ``phases_cpu``
         (the same phases in the rank thread's CPU seconds: wall well above
         CPU means the rank was waiting for a core), ``units``, ``steals``,
-        ``algorithm``, ``grid``.
+        ``tiles_reused`` (A's tiles were cut by an earlier call), ``algorithm``,
+        ``grid``.
 
     Examples
     --------
@@ -124,8 +127,9 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     P = lay.size
     # compile/load the numba kernels here, never concurrently on the workers
     _warm_kernels(plan["dtype"], np.diff(lay.joffs))
+    reused = False
     if isinstance(A, RowBlocks | BlockGrid):
-        a_args = _prepared_tiles(A, lay, a_args, client)  # cut once per distributed A, reused by later calls
+        a_args, reused = _prepared_tiles(A, lay, a_args, client)  # cut once per distributed A and placement of B
     rank_args = [(a_args[r], b_args[r]) for r in range(P)]
     futs = comms.run_spmd(_spmm_rank, rank_args, lay, plan["algorithm"], plan["check_finite"], seed,
                           client=client, workers=lay.workers, name=f"spmm-{plan['algorithm']}")
@@ -134,6 +138,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     seconds = time.perf_counter() - t0
     C = _as_dask_array(blocks, lay, plan["dtype"])
     C.stats = _spmm_stats(infos, lay, plan, seconds)
+    C.stats["tiles_reused"] = reused
     return (C, C.stats) if return_stats else C
 
 
@@ -366,10 +371,17 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
         workers = list(Ad.workers)
         if len(set(workers)) != len(workers):
             raise ValueError("A has several row blocks per worker; spmm needs one block per worker")
+        a_args = [{(r, -1): Ad.parts[r]} for r in range(len(workers))]
+        if _is_dask_array(B):
+            # B's own row chunks are the inner tiles, each served by the rank on whose worker it lives:
+            # no rechunk to A's row blocks and no chunk shipped through the scheduler on every call
+            koffs, owners, b_args = _dask_rows_in_place(B, client, workers)
+            lay = _Layout("1d", workers, np.asarray(Ad.offsets), koffs, np.array([0, k]), grid=(len(workers), 1),
+                          b_owner=owners)
+            return lay, a_args, b_args
         Bd = _rows_on(B, client, workers)
         lay = _Layout("1d", workers, np.asarray(Ad.offsets), np.asarray(Bd.offsets), np.array([0, k]),
                       grid=(len(workers), 1))
-        a_args = [{(r, -1): Ad.parts[r]} for r in range(lay.size)]
         b_args = [{(r, 0): Bd.parts[r]} for r in range(lay.size)]
         return lay, a_args, b_args
     if isinstance(A, BlockGrid):
@@ -402,6 +414,32 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
     return lay, a_args, b_args
 
 
+def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np.ndarray, tuple, list]:
+    """A dask B's row chunks as 1-D inner tiles where they live: (row offsets, owning rank per tile, per-rank
+    {(l, 0): future}).  A chunk on none of ``workers`` goes to a rank in proportion (Dask moves it once)."""
+    from distributed import futures_of
+
+    if B.numblocks[1] != 1:
+        B = B.rechunk({1: -1})              # whole rows per chunk: a tile is a row range of B
+    Bp = client.persist(B)                  # already persisted: the same keys, nothing runs
+    fmap = {f.key: f for f in futures_of(Bp)}
+    keys = [(Bp.name, l, 0) for l in range(Bp.numblocks[0])]
+    who = client.who_has([fmap[key] for key in keys])
+    rank_of = {w: r for r, w in enumerate(workers)}
+    sizes = Bp.chunks[0]
+    koffs, owners = [0], []
+    b_args: list[dict] = [{} for _ in workers]
+    for l, key in enumerate(keys):
+        if sizes[l] == 0:
+            continue
+        held = [rank_of[w] for w in who.get(key, ()) if w in rank_of]
+        r = min(held) if held else min(len(workers) - 1, koffs[-1] * len(workers) // int(Bp.shape[0]))
+        b_args[r][(len(owners), 0)] = fmap[key]
+        owners.append(r)
+        koffs.append(koffs[-1] + int(sizes[l]))
+    return np.asarray(koffs, dtype=np.int64), tuple(owners), b_args
+
+
 def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
     """B as dense row blocks, one per worker of ``workers`` (used in place when it already is)."""
     if isinstance(B, RowBlocks) and list(B.workers) == list(workers):
@@ -413,7 +451,7 @@ def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
     return distribute(B, client, workers=workers)
 
 
-def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> list:
+def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> tuple[list, bool]:
     """Futures of every rank's prepared A tiles, cached on the distributed A.
 
     Cutting A into compressed tiles (and, for the tile whose B is local, the
@@ -425,16 +463,17 @@ def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> list:
     recomputed from A's futures if a worker is lost.
     """
     keys = tuple(tuple(sorted((k, f.key) for k, f in a.items())) for a in a_args)
-    ck = (lay.kind, tuple(int(x) for x in lay.koffs), keys)
+    ck = (lay.kind, tuple(int(x) for x in lay.koffs), lay.b_owner, keys)   # local B tiles get direct indices
     cache = A.meta.setdefault("_spmm_prepared", {})
     futs = cache.get(ck)
-    if futs is None or any(f.status in ("error", "cancelled", "lost") for f in futs):
-        cache.clear()  # one partition of B at a time: don't pile up copies of A
-        futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, r, workers=[lay.workers[r]],
-                              allow_other_workers=False, pure=False, key=f"spmm-prepare-{uuid.uuid4().hex[:12]}-{r}")
-                for r in range(lay.size)]
-        cache[ck] = futs
-    return list(futs)
+    if futs is not None and not any(f.status in ("error", "cancelled", "lost") for f in futs):
+        return list(futs), True
+    cache.clear()  # one partition of B at a time: don't pile up copies of A
+    futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, r, workers=[lay.workers[r]],
+                          allow_other_workers=False, pure=False, key=f"spmm-prepare-{uuid.uuid4().hex[:12]}-{r}")
+            for r in range(lay.size)]
+    cache[ck] = futs
+    return list(futs), False
 
 
 def _as_dask_array(blocks: list, lay: _Layout, dtype: Any) -> Any:

@@ -38,6 +38,7 @@ class _Layout:
     koffs: np.ndarray         # inner index (columns of A, rows of B)
     joffs: np.ndarray         # columns of B / C
     grid: tuple = (1, 1)
+    b_owner: tuple | None = None  # 1-D: rank holding B row tile l (None: tile l is rank l's)
 
     @property
     def size(self) -> int:
@@ -59,7 +60,9 @@ class _Layout:
         return i if self.kind == "1d" else i * self.nJ + l
 
     def owner_b(self, l: int, j: int) -> int:
-        return l if self.kind == "1d" else (l % self.grid[0]) * self.nJ + j
+        if self.kind == "1d":
+            return l if self.b_owner is None else self.b_owner[l]
+        return (l % self.grid[0]) * self.nJ + j
 
     def owner_c(self, i: int, j: int) -> int:
         return i * self.nJ + j
