@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# slow: a subprocess compiles every device kernel with NVVM; make test runs it, make test-fast skips it
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted(ROOT.glob("workbench/kernels/*/cuda.py"))
 
@@ -25,8 +28,6 @@ _SCRIPT = r"""
 import importlib, json, sys
 from numba import cuda
 
-# slow: runs notebooks/kills workers; make test runs it, make test-fast skips it
-pytestmark = pytest.mark.slow
 out = {}
 for name in sys.argv[1:]:
     mod = importlib.import_module(name)
