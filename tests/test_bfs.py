@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
+from _sim import run_in_simulator
 
 import workbench as wb
 from workbench.kernels import bfs as kb
@@ -269,11 +265,7 @@ print("checked", checked)
 def test_cuda_twins_match_cpu_twins_under_simulator():
     """Each numba.cuda twin, launched under numba's CUDA simulator on several grids, discovers the same
     vertices with the same counts as its CPU twin, and every parent it records is a frontier neighbour."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(Path(wb.__file__).parent.parent))
-    out = subprocess.run([sys.executable, "-c", _TWINS_UNDER_SIMULATOR], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "checked 8" in out.stdout
+    run_in_simulator(_TWINS_UNDER_SIMULATOR, "checked 8", timeout=300)
 
 
 # The device path under numba's CUDA simulator: a few hundred edges, so no launch covers more than ~1e3 items.

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _sim import run_check_in_simulator
 
 import workbench as wb
 
@@ -200,7 +198,6 @@ def test_peer_sequential_greedy_is_valid(method):
 def test_kernel_package_does_not_import_its_peers():
     """The kernel sits below the bench layer: no module of it imports peers or bench."""
     import ast
-    import pathlib
 
     import workbench.kernels.coloring as pkg
 
@@ -222,16 +219,7 @@ def test_kernel_package_does_not_import_its_peers():
 
 
 def _in_simulator(check: str, timeout: int = 600) -> None:
-    """Run this module's function ``check`` in a fresh process that is a simulated-device
-    worker (NUMBA_ENABLE_CUDASIM=1: the simulator is chosen when numba.cuda is first
-    imported, once per process)."""
-    root = str(pathlib.Path(__file__).resolve().parents[1])
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "WORKBENCH_BACKEND": "gpu-sim",
-           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    code = f"import runpy; runpy.run_path({str(pathlib.Path(__file__).resolve())!r})[{check!r}]()"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
-    assert "simulator checks passed" in r.stdout
+    run_check_in_simulator(__file__, check, timeout)
 
 
 def _rank_spaces(seed: int = 1) -> list[tuple]:

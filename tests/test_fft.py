@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import pytest
+from _sim import run_in_simulator
 
 import workbench as wb
 from workbench.kernels.fft import distributed_random, validate_fft
@@ -283,12 +280,7 @@ print("boxes agree")
 
 
 def test_cuda_pack_unpack_kernel_matches_numpy_under_simulator():
-    # numba picks the simulator once per process, at import: a fresh interpreter with NUMBA_ENABLE_CUDASIM=1
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_BOX_CHECK)], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0 and "boxes agree" in out.stdout, out.stderr[-3000:]
+    run_in_simulator(textwrap.dedent(_BOX_CHECK), "boxes agree")
 
 
 @pytest.mark.gpu

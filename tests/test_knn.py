@@ -3,13 +3,9 @@ approximate mode's recall, worker-count independence, bad inputs."""
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from _sim import run_check_in_simulator
 from scipy.spatial.distance import cdist
 
 import workbench as wb
@@ -215,16 +211,7 @@ def test_exact_pruning_matches_full_scan(clients, n_workers):
 
 
 def _in_simulator(check: str, timeout: int = 600) -> None:
-    """Run this module's function ``check`` in a fresh process that is a simulated-device
-    worker (NUMBA_ENABLE_CUDASIM=1: the simulator is chosen when numba.cuda is first
-    imported, once per process)."""
-    root = str(pathlib.Path(__file__).resolve().parents[1])
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "WORKBENCH_BACKEND": "gpu-sim",
-           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    code = f"import runpy; runpy.run_path({str(pathlib.Path(__file__).resolve())!r})[{check!r}]()"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
-    assert "simulator checks passed" in r.stdout
+    run_check_in_simulator(__file__, check, timeout)
 
 
 def _check_twins_in_simulator() -> None:

@@ -7,13 +7,9 @@ lines, then which arcs lie inside), not from spatstat's closed form.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from _sim import run_in_simulator
 
 import workbench as wb
 from workbench.kernels.ripley import csr_k
@@ -328,11 +324,7 @@ def test_cuda_twins_match_cpu_twins_under_simulator():
     """Each numba.cuda twin, launched under numba's CUDA simulator on several grids, gives its CPU twin's
     histogram (1e-10), pair counts and recorded pairs (exact), for every edge correction, spatial and
     space-time, with and without the spatial index."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(Path(wb.__file__).parent.parent))
-    out = subprocess.run([sys.executable, "-c", _TWINS_UNDER_SIMULATOR], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "checked 18" in out.stdout, out.stdout
+    run_in_simulator(_TWINS_UNDER_SIMULATOR, "checked 18", timeout=300)
 
 
 # The device path under numba's CUDA simulator: 70 points, so no launch covers more than ~1e3 items.

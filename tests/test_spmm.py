@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _sim import run_in_simulator
 
 import workbench as wb
 from workbench.kernels.spmm import ALGORITHMS, _split_tiles_nb, _split_tiles_xp, validate_spmm
@@ -286,12 +283,7 @@ print("twins agree")
 
 
 def test_cuda_row_kernel_matches_cpu_twin_under_simulator():
-    # numba picks the simulator once per process, at import: a fresh interpreter with NUMBA_ENABLE_CUDASIM=1
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_TWIN_CHECK)], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0 and "twins agree" in out.stdout, out.stderr[-3000:]
+    run_in_simulator(textwrap.dedent(_TWIN_CHECK), "twins agree")
 
 
 @pytest.mark.gpu
