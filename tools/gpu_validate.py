@@ -53,14 +53,10 @@ def _peer(name: str, fn: Callable[[], Callable[[], Any]], repeat: int) -> dict:
     return {"peer": name, "peer_s": _time(call, repeat), "peer_note": ""}
 
 
-def _cupy_sync(fn: Callable[[], Any]) -> Callable[[], Any]:
-    import cupy as cp
-
-    def call():
-        out = fn()
-        cp.cuda.get_current_stream().synchronize()
-        return out
-    return call
+def _from_peers(rows: list[dict]) -> dict:
+    """A ``workbench.peers`` device row (which says why when its library or device is missing) as this CSV's columns."""
+    r = rows[0]
+    return {"peer": r["name"], "peer_s": r["median_s"], "peer_note": r.get("skipped", "")}
 
 
 def check_bfs(client, z, size):
@@ -104,19 +100,8 @@ def check_knn(client, z, size):
     assert rec >= 0.9, f"recall {rec:.3f} < 0.9"
     t = _time(lambda: wb.knn_graph(X, k=k, client=client), z["repeat"])
 
-    def brute():
-        import cupy as cp
-        Xd = cp.asarray(X)
-
-        def run():
-            n2 = (Xd * Xd).sum(1)
-            out = []
-            for s in range(0, len(X), 4096):
-                D = n2[s:s + 4096, None] - 2 * Xd[s:s + 4096] @ Xd.T + n2[None, :]
-                out.append(cp.argpartition(D, k + 1, axis=1)[:, :k + 1])
-            return out
-        return _cupy_sync(run)
-    return g.stats, t, {"recall": rec}, _peer("cupy brute force", brute, z["repeat"])
+    from workbench.peers.knn import device_knn
+    return g.stats, t, {"recall": rec}, _from_peers(device_knn(X, k, repeat=z["repeat"]))
 
 
 def check_ripley(client, z, size):
@@ -147,13 +132,9 @@ def check_spmm(client, z, size):
     assert err < 1e-12, f"spmm error {err}"
     t = _time(lambda: wb.spmm(Ad, B, client=client).persist(), z["repeat"])
 
-    def cupyx_peer():
-        import cupy as cp
-        import cupyx.scipy.sparse as csp
-        Ag, Bg = csp.csr_matrix(A), cp.asarray(B)
-        return _cupy_sync(lambda: Ag @ Bg)
-    return getattr(Y, "stats", {}), t, {"nnz": int(A.nnz), "max_rel_err": err}, _peer("cupyx csr @ dense",
-                                                                                        cupyx_peer, z["repeat"])
+    from workbench.peers.spmm import device_spmm
+    return getattr(Y, "stats", {}), t, {"nnz": int(A.nnz), "max_rel_err": err}, _from_peers(
+        device_spmm(A, B, repeat=z["repeat"]))
 
 
 def check_tridiag(client, z, size):
@@ -174,14 +155,8 @@ def check_tridiag(client, z, size):
     xs = wb.tridiag_solve(dl, d, du, b, client=client)
     t = _time(lambda: wb.tridiag_solve(dl, d, du, b, client=client).persist(), z["repeat"])
 
-    def gtsv2():
-        import cupy as cp
-        import cupyx.cusparse as cs
-        # gtsv2 takes n-long diagonals (dl[0] = du[-1] = 0)
-        z = np.zeros((bt, 1))
-        g = [cp.asarray(a) for a in (np.hstack([z, dl]), d, np.hstack([du, z]), b)]
-        return _cupy_sync(lambda: [cs.gtsv2(g[0][i], g[1][i], g[2][i], g[3][i]) for i in range(min(bt, 64))])
-    return getattr(xs, "stats", {}), t, {"residual": res}, _peer("cusparse gtsv2 (64 systems)", gtsv2, z["repeat"])
+    from workbench.peers.tridiag import device_gtsv2
+    return getattr(xs, "stats", {}), t, {"residual": res}, _from_peers(device_gtsv2(dl, d, du, b, repeat=z["repeat"]))
 
 
 def check_fft(client, z, size):
@@ -192,11 +167,8 @@ def check_fft(client, z, size):
     err = wb.kernels.fft.validate_fft(np.asarray(F), x, "fwd") if n <= 256 else float("nan")
     t = _time(lambda: wb.fftn(x, client=client).persist(), z["repeat"])
 
-    def cufft():
-        import cupy as cp
-        xg = cp.asarray(x)
-        return _cupy_sync(lambda: cp.fft.fftn(xg))
-    return getattr(F, "stats", {}), t, {"rel_err": err}, _peer("cupy.fft.fftn", cufft, z["repeat"])
+    from workbench.peers.fft import device_fftn
+    return getattr(F, "stats", {}), t, {"rel_err": err}, _from_peers(device_fftn(x, repeat=z["repeat"]))
 
 
 CHECKS = {"bfs": check_bfs, "color": check_color, "knn_graph": check_knn, "ripley_k": check_ripley,
