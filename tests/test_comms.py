@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -167,6 +168,58 @@ def test_large_payloads_same_host(client4, n_ranks):
             assert out["A_nnz"] == A.nnz and out["A_sum"] == pytest.approx(A.sum())
         if comms._READV is not None:  # Linux with cross-memory attach allowed: the bytes did not cross a socket
             assert sum(out["pulled"] for out in res) > 0
+
+
+class _Opaque:
+    """Not a host-only payload: takes the rpc path even between same-host workers."""
+
+    def __init__(self, v):
+        self.v = v
+
+
+def _lane_traffic(comm, _):
+    small = comm.allgather(np.full(5, comm.rank))
+    opaque = comm.allgather(_Opaque(comm.rank))
+    for _ in range(20):
+        comm.allreduce(1)
+    return {"small": [int(x[0]) for x in small], "opaque": [o.v for o in opaque],
+            "lane": comm.stats["messages_by_lane"], "sent": comm.stats["messages_sent"]}
+
+
+def test_small_messages_take_the_lane(client4):
+    from workbench import _samehost
+
+    addrs = worker_addresses(client4)[:3]
+    res = comms.spmd(_lane_traffic, [None] * 3, client=client4, workers=addrs)
+    for out in res:
+        assert out["small"] == [0, 1, 2] and out["opaque"] == [0, 1, 2]
+        if _samehost.host_key() is not None:  # Linux: every host payload skipped the event loop
+            assert out["lane"] == out["sent"] - 2  # the two _Opaque messages went by rpc
+
+
+def test_lane_roundtrip_and_refusal():
+    from workbench import _samehost
+
+    if _samehost.host_key() is None:
+        pytest.skip("no same-host lane on this platform")
+    got, arrived = [], threading.Event()
+
+    def on_message(msg):
+        got.append(msg)
+        arrived.set()
+
+    address = _samehost._Listener(on_message).address  # a private one: comms' own lane keeps its handler
+    big = np.arange(50_000, dtype=np.float64).reshape(250, 200)
+    msg = ("deliver", "g", 0, 1, ("c", "", "ag", 1, None), {"big": big, "strided": big[:, ::2], "s": "x"})
+    assert _samehost.send(address, msg, 5.0)
+    assert arrived.wait(5.0)
+    back = got[0][5]
+    np.testing.assert_array_equal(back["big"], big)
+    np.testing.assert_array_equal(back["strided"], big[:, ::2])
+    assert back["s"] == "x" and got[0][:5] == msg[:5]
+    # a lane nobody listens on is refused (the caller falls back to rpc), and stays refused
+    assert not _samehost.send("\0workbench-lane-nobody", msg, 1.0)
+    assert "\0workbench-lane-nobody" in _samehost._DEAD
 
 
 def test_parcel_roundtrip_in_process():

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workbench.kernels",),
     ("workbench.data",),
     ("workbench.partition",),
-    ("workbench.comms",),
+    ("workbench.comms", "workbench._samehost"),
     ("workbench.cluster",),
     ("workbench.backend",),
     ("workbench._progress", "workbench._monitor"),

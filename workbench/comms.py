@@ -16,7 +16,11 @@ cross-memory attach (``process_vm_readv``), as MPI's and UCX's CMA transports
 do: one copy instead of a trip through two socket buffers.  The sender's
 ``send`` returns once the receiver holds its copy, so the sender may reuse its
 buffer at once.  Each group tests the access at start and falls back to the
-socket where it is not allowed.  ``WORKBENCH_COMMS_CMA=0`` turns it off;
+socket where it is not allowed.  Between processes on one host the rank
+threads also skip the workers' event loops: each message goes straight down a
+per-process Unix socket (the lane, ``workbench._samehost``), tens of
+microseconds instead of a millisecond or two through ``rpc``; device payloads
+and other hosts keep the ``rpc`` path.  ``WORKBENCH_COMMS_CMA=0`` turns CMA off;
 ``WORKBENCH_COMMS_CMA_MIN`` (bytes, default 1 MiB) sets the size from which it
 is used.  Device (cupy) payloads always take the normal path.
 
@@ -39,12 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
 import operator
 import os
 import pickle
-import socket
-import sys
 import threading
 import time
 import uuid
@@ -54,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _samehost
+from ._samehost import _PROBE, _PULL_OK, _READV, _can_pull, _host_identity, _host_only, _offsets, _read_remote  # noqa: F401
 from .backend import empty
 
 __all__ = [
@@ -81,7 +84,6 @@ _PLUGIN_NAME = "workbench-comms"
 #: it reaches the client ahead of the task's completion, saving a round trip.
 _INFO_TOPIC = "workbench-spmd-info"
 
-_CMA_ON = os.environ.get("WORKBENCH_COMMS_CMA", "1") != "0"
 _CMA_MIN = int(os.environ.get("WORKBENCH_COMMS_CMA_MIN", str(1 << 20)))
 
 
@@ -182,7 +184,12 @@ def _freeze(tag: Any) -> Any:
     return tag
 
 
+_WORKER: Any = None  # this process's worker, once a group has run here
+
+
 def _install_handlers(worker: Any) -> None:
+    global _WORKER
+    _WORKER = worker
     async def deliver(group: str, src: int, tag: Any, payload: Any = None, dst: int = 0) -> str:
         if isinstance(payload, _Parcel):
             await _pull_and_deliver(worker, group, src, tag, payload, dst)
@@ -298,105 +305,16 @@ def ensure_registered(client: Any) -> None:
 
 
 # --------------------------------------------------------------------------
-# Same-host transport: the receiver pulls large payloads from the sender's
-# memory (cross-memory attach)
+# Same-host transports (workbench._samehost): the receiver pulls large payloads
+# from the sender's memory (cross-memory attach); rank threads write small ones
+# straight to the peer's lane
 # --------------------------------------------------------------------------
 
 
-class _IOVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-def _load_readv() -> Any:
-    if not _CMA_ON or not sys.platform.startswith("linux"):
-        return None
-    try:
-        f = ctypes.CDLL(None, use_errno=True).process_vm_readv
-    except (OSError, AttributeError):
-        return None
-    f.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
-                  ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
-    f.restype = ctypes.c_ssize_t
-    return f
-
-
-_READV = _load_readv()
-_PROBE = np.array([0x5742_434D_4150_524F], dtype=np.uint64)  # what a peer reads to test access
-_PULL_OK: set[int] = set()           # pids this process has read from
-_PEERS_SEEN: dict[tuple, frozenset] = {}  # (group's worker addresses, rank) -> pull peers
+_PEERS_SEEN: dict[tuple, tuple] = {}  # (group's worker addresses, rank) -> (pull peers, lanes)
 _OUTBOX: dict[str, _Outgoing] = {}   # payloads waiting for their receivers to pull them
 _OUTBOX_LOCK = threading.Lock()
 _PULL_POOL: Any = None
-_ALIGN = 64
-
-
-def _host_identity() -> tuple | None:
-    """(host, pid namespace, pid, probe address), or None without CMA."""
-    if _READV is None:
-        return None
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        pidns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-    return (f"{socket.gethostname()}|{boot}|{pidns}", os.getpid(), int(_PROBE.ctypes.data))
-
-
-def _read_remote(pid: int, spans: Sequence[tuple[int, int]], dest: np.ndarray, offsets: Sequence[int]) -> None:
-    """Copy the remote ``(address, nbytes)`` spans of ``pid`` into ``dest`` (uint8) at ``offsets``."""
-    base = dest.ctypes.data
-    for (addr, n), off in zip(spans, offsets, strict=True):
-        done = 0
-        while done < n:
-            step = min(n - done, 1 << 30)
-            local = _IOVec(base + off + done, step)
-            remote = _IOVec(addr + done, step)
-            got = _READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if got <= 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
-            done += got
-
-
-def _can_pull(pid: int, probe: int) -> bool:
-    if pid in _PULL_OK:
-        return True
-    got = np.zeros(1, np.uint64)
-    try:
-        _read_remote(pid, [(probe, 8)], got.view(np.uint8), [0])
-    except OSError:
-        return False
-    if got[0] != _PROBE[0]:
-        return False
-    _PULL_OK.add(pid)
-    return True
-
-
-def _host_only(obj: Any, depth: int = 0) -> bool:
-    """True when ``obj`` is made of host arrays, scalars and containers only."""
-    if depth > 8:
-        return False
-    if obj is None or isinstance(obj, bool | int | float | complex | str | bytes | np.generic):
-        return True
-    if isinstance(obj, np.ndarray):
-        return obj.dtype != object
-    if isinstance(obj, list | tuple):
-        return all(_host_only(o, depth + 1) for o in obj)
-    if isinstance(obj, dict):
-        return all(_host_only(k, depth + 1) and _host_only(v, depth + 1) for k, v in obj.items())
-    if (type(obj).__module__ or "").startswith("scipy.sparse"):
-        return isinstance(getattr(obj, "data", None), np.ndarray)
-    return False
-
-
-def _offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
-    offs, end = [], 0
-    for n in sizes:
-        end = -(-end // _ALIGN) * _ALIGN
-        offs.append(end)
-        end += n
-    return offs, end
 
 
 class _Outgoing:
@@ -414,6 +332,7 @@ class _Parcel:
 
     def __init__(self, key: str, sender: str, pid: int, head: bytes, spans: list[tuple[int, int]]) -> None:
         self.key, self.sender, self.pid, self.head, self.spans = key, sender, pid, head, spans
+        self.lane: str | None = None  # the sender's lane, when the parcel came by it: the reply goes back that way
 
     @classmethod
     def pack(cls, obj: Any, key: str, sender: str, receivers: int) -> tuple[_Parcel, _Outgoing] | None:
@@ -435,25 +354,58 @@ class _Parcel:
         return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
 
 
-async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel: _Parcel, dst: int) -> None:
+def _pull_pool() -> Any:
     global _PULL_POOL
-    error = None
-    if _POST.box(group, dst) is not None:
-        if _PULL_POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
+    if _PULL_POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
 
-            _PULL_POOL = ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
-        try:
-            obj = await asyncio.get_running_loop().run_in_executor(_PULL_POOL, parcel.pull)
-        except Exception as e:  # the sender falls back to the socket
-            error = f"{e.__class__.__name__}: {e}"
-        else:
-            _deliver(group, src, tag, obj, dst)
+        with _OUTBOX_LOCK:
+            if _PULL_POOL is None:
+                _PULL_POOL = ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
+    return _PULL_POOL
+
+
+def _pull_into_box(group: str, src: int, tag: Any, parcel: _Parcel, dst: int) -> str | None:
+    """Copy a parcel's payload out of the sender and deliver it; the error, if the copy failed."""
+    if _POST.box(group, dst) is None:
+        return None
+    try:
+        obj = parcel.pull()
+    except Exception as e:  # the sender falls back to the socket
+        return f"{e.__class__.__name__}: {e}"
+    _deliver(group, src, tag, obj, dst)
+    return None
+
+
+async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel: _Parcel, dst: int) -> None:
+    error = await asyncio.get_running_loop().run_in_executor(_pull_pool(), _pull_into_box,
+                                                             group, src, tag, parcel, dst)
     try:
         await worker.rpc(parcel.sender).wb_comms_pulled(key=parcel.key, receiver=dst,
                                                         error=error, reply=False)
     except OSError:
         pass  # the sender is gone; its group has failed anyway
+
+
+def _lane_message(msg: tuple) -> None:
+    """What a lane reader thread does with a frame: deliver, or pull then tell the sender."""
+    if msg[0] == "pulled":
+        _pulled(*msg[1:])
+        return
+    _, group, src, dst, tag, payload = msg
+    if not isinstance(payload, _Parcel):
+        _deliver(group, src, tag, payload, dst)
+        return
+
+    def pull_and_reply() -> None:  # off the reader thread, which must never block on a write
+        error = _pull_into_box(group, src, tag, payload, dst)
+        if not _samehost.send(payload.lane, ("pulled", payload.key, dst, error), DEFAULT_TIMEOUT) \
+                and _WORKER is not None:  # the lane broke since: tell the sender the slow way
+            asyncio.run_coroutine_threadsafe(
+                _WORKER.rpc(payload.sender).wb_comms_pulled(key=payload.key, receiver=dst, error=error, reply=False),
+                _WORKER.loop.asyncio_loop)
+
+    _pull_pool().submit(pull_and_reply)
 
 
 def _pulled(key: str, receiver: int, error: str | None = None) -> str:
@@ -500,8 +452,9 @@ class Comm:
     rank, size : int
         This rank and the number of ranks.
     stats : dict
-        ``bytes_sent``, ``messages_sent``, ``bytes_pulled`` (the part that
-        same-host peers copied out of this process's memory),
+        ``bytes_sent``, ``messages_sent``, ``messages_by_lane`` (the part that
+        went down a same-host lane, not through the event loop), ``bytes_pulled``
+        (the part that same-host peers copied out of this process's memory),
         ``seconds_waiting`` (time blocked in receives), accumulated over the
         group's life.
 
@@ -528,8 +481,11 @@ class Comm:
         self._loop = self._worker.loop.asyncio_loop
         self._box = _POST.box(group, rank)
         self._pull_peers: set[int] = set()  # global ranks that can pull from this process
+        self._lanes: dict[int, str] = {}    # global rank -> its process's lane (same host)
+        self._lane = _samehost.listen(_lane_message)
         self.stats = _stats if _stats is not None else {"bytes_sent": 0, "messages_sent": 0,
-                                                       "bytes_pulled": 0, "seconds_waiting": 0.0}
+                                                       "bytes_pulled": 0, "seconds_waiting": 0.0,
+                                                       "messages_by_lane": 0}
 
     # ---- point to point -------------------------------------------------
 
@@ -668,6 +624,7 @@ class Comm:
             parcel, out = packed
             with _OUTBOX_LOCK:
                 _OUTBOX[key] = out
+            parcel.lane = self._lane if all(g in self._lanes for g in ranks) else None
             outgoing.append((key, out, obj))
             remote += [(g, parcel) for g in ranks]
         deadline = time.monotonic() + self.timeout
@@ -683,7 +640,8 @@ class Comm:
                 self.stats["bytes_pulled"] += nbytes(obj) * (out.receivers - len(out.failed))
             if fallback:
                 self._pull_peers -= {g for g, _ in fallback}
-                _PEERS_SEEN[(tuple(self._addresses), self._global_rank)] = frozenset(self._pull_peers)
+                _PEERS_SEEN[(tuple(self._addresses), self._global_rank)] = (frozenset(self._pull_peers),
+                                                                            dict(self._lanes))
                 self._post(fallback, tag, deadline)
         finally:
             with _OUTBOX_LOCK:
@@ -701,6 +659,8 @@ class Comm:
             self._check_abort()
 
     def _post(self, remote: list[tuple[int, Any]], tag: tuple, deadline: float) -> None:
+        if self._lanes:
+            remote = [(g, obj) for g, obj in remote if not self._by_lane(g, obj, tag, deadline)]
         if not remote:
             return
         fut = asyncio.run_coroutine_threadsafe(self._asend(remote, tag), self._loop)
@@ -722,6 +682,16 @@ class Comm:
         finally:
             if not fut.done():
                 fut.cancel()
+
+    def _by_lane(self, g: int, obj: Any, tag: tuple, deadline: float) -> bool:
+        """Send ``obj`` to global rank ``g`` over the same-host lane; False: take the rpc path."""
+        address = self._lanes.get(g)
+        if address is None or not (isinstance(obj, _Parcel) and obj.lane or _host_only(obj)):
+            return False
+        sent = _samehost.send(address, ("deliver", self.group, self._global_rank, g, tag, obj),
+                              max(deadline - time.monotonic(), 1.0))
+        self.stats["messages_by_lane"] += sent
+        return sent
 
     async def _asend(self, remote: list[tuple[int, Any]], tag: tuple) -> None:
         from distributed.protocol import to_serialize
@@ -812,8 +782,8 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
     secede()
     comm = Comm(group, rank, addresses, timeout)
     try:
-        comm._pull_peers = _pull_peers(comm, known)
-        comm.stats.update(bytes_sent=0, messages_sent=0)  # count the kernel's traffic only
+        comm._pull_peers, comm._lanes = _pull_peers(comm, known)
+        comm.stats.update(bytes_sent=0, messages_sent=0, messages_by_lane=0)  # count the kernel's traffic only
         out = fn(comm, rank_arg, *args, **kwargs)
         if publish_info:
             if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
@@ -834,36 +804,43 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
         _POST.close(group, rank)
 
 
-def _pull_peers(comm: Comm, known: bool = False) -> set[int]:
-    """Ranks that can copy straight out of this rank's memory (same host, access allowed).
+def _pull_peers(comm: Comm, known: bool = False) -> tuple[set[int], dict[int, str]]:
+    """Ranks that can copy straight out of this rank's memory (same host, access allowed), and
+    the lanes of the ranks' processes on this host (global rank -> address).
 
     Found with one ``allgather`` the first time a set of workers forms a group, then remembered
     per process: the client passes ``known`` for a set of workers that has completed a group, and no
     rank then communicates here (every rank decides alike, so none waits in a collective alone).  A
-    rank without the memory (its worker restarted at the same address) takes no pull peers: its
-    sends go over the network.  A stale entry only costs a failed pull, which falls back the same way.
+    rank without the memory (its worker restarted at the same address) takes no pull peers and no
+    lanes: its sends go over the network.  A stale entry only costs a failed pull or a refused lane,
+    which fall back the same way.
     """
     key = (tuple(comm._addresses), comm._global_rank)
     if known:
-        return set(_PEERS_SEEN.get(key, ()))
+        pull, lanes = _PEERS_SEEN.get(key, ((), {}))
+        return set(pull), dict(lanes)
     found = _find_pull_peers(comm)
-    _PEERS_SEEN[key] = frozenset(found)
+    _PEERS_SEEN[key] = (frozenset(found[0]), dict(found[1]))
     return found
 
 
-def _find_pull_peers(comm: Comm) -> set[int]:
+def _find_pull_peers(comm: Comm) -> tuple[set[int], dict[int, str]]:
     me = _host_identity()
-    table = comm.allgather((me, sorted(_PULL_OK)))
-    near = [] if me is None else [r for r, (ident, _) in enumerate(table)
+    here = _samehost.host_key()
+    table = comm.allgather((me, sorted(_PULL_OK), here, comm._lane))
+    lanes = {comm._ranks[r]: lane for r, (_, _, key, lane) in enumerate(table)
+             if r != comm.rank and lane is not None and here is not None and key == here
+             and comm._addresses[comm._ranks[r]] != comm._worker.address}
+    near = [] if me is None else [r for r, (ident, *_) in enumerate(table)
                                    if r != comm.rank and ident is not None and ident[0] == me[0]]
     # a second round only when some same-host pair has not been tried by both
     # processes yet (decided from the table alone, so every rank takes it or not)
-    pairs = [(a, b) for a, (ia, _) in enumerate(table) for b, (ib, _) in enumerate(table)
+    pairs = [(a, b) for a, (ia, *_) in enumerate(table) for b, (ib, *_) in enumerate(table)
              if a != b and ia is not None and ib is not None and ia[0] == ib[0]]
     if all(table[a][0][1] in table[b][1] for a, b in pairs):
-        return set(near)
+        return set(near), lanes
     can = comm.allgather([r for r in near if _can_pull(table[r][0][1], table[r][0][2])])
-    return {r for r in near if comm.rank in can[r]}
+    return {r for r in near if comm.rank in can[r]}, lanes
 
 
 def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
