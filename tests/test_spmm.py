@@ -218,6 +218,36 @@ def test_bad_inputs(clients):
         wb.spmm(A, Bd, client=client)
 
 
+def test_distributed_b_is_scanned_once(clients, monkeypatch):
+    """A dask B (or distributed B) found finite is not scanned again on the next call; a
+    different array holding a NaN is still rejected."""
+    import dask.array as da
+
+    from workbench.kernels import spmm as spmm_mod
+
+    client = clients(2)
+    A = _matrix()
+    B = _dense(A.shape[1], 3)
+    scans = []
+    real = spmm_mod._needs_finite_check
+    monkeypatch.setattr(spmm_mod, "_needs_finite_check", lambda x: scans.append(real(x)) or scans[-1])
+    Bk = da.from_array(B, chunks=(7, 3))
+    Bd = wb.distribute(B, client=client)
+    for Bx in (Bk, Bd):
+        scans.clear()
+        C1 = wb.spmm(A, Bx, client=client).compute()
+        C2 = wb.spmm(A, Bx, client=client).compute()
+        np.testing.assert_allclose(C1, A @ B, rtol=1e-12)
+        np.testing.assert_array_equal(C1, C2)
+        assert scans == [True, False]  # scanned on the first call only
+    bad = B.copy()
+    bad[5, 2] = np.nan
+    with pytest.raises(ValueError, match="B contains NaN or infinite"):
+        wb.spmm(A, da.from_array(bad, chunks=(7, 3)), client=client)
+    with pytest.raises(ValueError, match="B contains NaN or infinite"):
+        wb.spmm(A, wb.distribute(bad, client=client), client=client)
+
+
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_spmm_under_gpu_sim_matches_scipy_and_the_cpu_path(clients, n_workers):
     """The device path (numba.cuda row kernel in the simulator, namespace tile splitter) on tiny inputs:

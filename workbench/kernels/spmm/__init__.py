@@ -42,6 +42,7 @@ Examples
 
 from __future__ import annotations
 
+import collections
 import time
 import uuid
 import warnings
@@ -137,6 +138,8 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     C = _as_dask_array(blocks, lay, plan["dtype"])
+    _remember_finite(A, plan["check_finite"][0])
+    _remember_finite(B, plan["check_finite"][1])
     C.stats = _spmm_stats(infos, lay, plan, seconds)
     C.stats["tiles_reused"] = reused
     return (C, C.stats) if return_stats else C
@@ -191,6 +194,8 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = No
     parts, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
     nnz = sum(i["nnz"] for i in infos)
+    _remember_finite(A, plan["check_finite"][0])
+    _remember_finite(B, plan["check_finite"][1])
     out = SparseResult(parts, np.asarray(Ad.offsets), (A.shape[0], B.shape[1]), plan["dtype"], workers,
                        kind="csr", nnz=nnz)
     out.stats = {"backend": infos[0]["backend"], "seconds": seconds, "nnz": nnz,
@@ -279,6 +284,30 @@ def _check_dtype(name: str, dtype: Any) -> None:
         raise TypeError(f"{name} must hold real numbers (float32/float64 or integers), got dtype {dt}")
 
 
+#: Names of dask arrays found finite by an earlier call.  A dask array's name is a token of its
+#: graph (its content), so the same name is the same data: its scan is not repeated per call.
+_FINITE_DASK: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+
+def _needs_finite_check(x: Any) -> bool:
+    """Whether the workers must scan distributed ``x`` for NaN/inf (not yet known finite)."""
+    if isinstance(x, RowBlocks | BlockGrid):
+        return not x.meta.get("finite", False)
+    return getattr(x, "name", None) not in _FINITE_DASK
+
+
+def _remember_finite(x: Any, checked: bool) -> None:
+    """After a call that scanned ``x`` and found it finite: remember it on the container (or its name)."""
+    if not checked:
+        return
+    if isinstance(x, RowBlocks | BlockGrid):
+        x.meta["finite"] = True
+    elif _is_dask_array(x):
+        _FINITE_DASK[x.name] = None
+        while len(_FINITE_DASK) > 1024:
+            _FINITE_DASK.popitem(last=False)
+
+
 def _check_finite_host(name: str, x: Any) -> None:
     vals = x.data if hasattr(x, "indptr") else x
     xp = namespace(vals)
@@ -330,7 +359,8 @@ def _validate_spmm(A: Any, B: Any, algorithm: str, grid: tuple[int, int] | None)
         dtype = np.dtype(np.float64)
     algo = "stationary-c" if algorithm == "auto" else algorithm
     # distributed inputs are checked for NaN/inf on the workers, inside the group
-    return {"algorithm": algo, "grid": grid, "dtype": dtype, "check_finite": (not host_a, not host_b),
+    return {"algorithm": algo, "grid": grid, "dtype": dtype,
+            "check_finite": (not host_a and _needs_finite_check(A), not host_b and _needs_finite_check(B)),
             "shape": (int(A.shape[0]), int(A.shape[1]), int(B.shape[1])),
             "nnz": int(A.nnz) if A.nnz is not None else None}
 
@@ -355,7 +385,7 @@ def _validate_spgemm(A: Any, B: Any) -> dict:
             _check_finite_host(name, x)
     dtype = np.result_type(A.dtype, B.dtype)
     return {"dtype": dtype if dtype.kind == "f" else np.dtype(np.float64),
-            "check_finite": (not host[0], not host[1])}
+            "check_finite": (not host[0] and _needs_finite_check(A), not host[1] and _needs_finite_check(B))}
 
 
 # --------------------------------------------------------------------------
