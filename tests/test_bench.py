@@ -88,3 +88,23 @@ def test_timed_dask_call_that_runs_no_task_is_refused(client):
     fresh = lambda: client.persist(clone(x + 1, omit=x))          # noqa: E731
     t = bench.measure(fresh, warmup=1, repeat=2, keep_value=True)
     assert float(t.value.sum().compute()) == 2000.0
+
+
+def test_ratio_spread_takes_each_headline_metric_and_the_median_round():
+    """`workbench bench --rounds N`: per headline, the median/min/max of its own metric; met when the
+    median round meets its target, whichever way the target points."""
+    import pandas as pd
+
+    from workbench.__main__ import _ratio_spread
+
+    rows = ([{"kernel": "spmm", "name": "ours", "speedup": 1.0, "stream_fraction": f, "target": 0.3,
+              "target_metric": "stream_fraction", "meets_target": f >= 0.3} for f in (0.2, 0.35, 0.25)]
+            + [{"kernel": "coloring", "name": "colors", "speedup": float("nan"), "color_ratio": c, "target": 1.2,
+                "meets_target": c <= 1.2} for c in (1.1, 1.3, 1.15)]
+            + [{"kernel": "bfs", "name": "scipy", "speedup": s, "target": 3.0, "meets_target": s >= 3}
+               for s in (2.9, 3.1, 3.2)])
+    got = _ratio_spread(pd.DataFrame(rows)).set_index("kernel")
+    assert got.loc["spmm", "metric"] == "stream_fraction" and not got.loc["spmm", "meets_target"]
+    assert (got.loc["spmm", "min"], got.loc["spmm", "median"], got.loc["spmm", "max"]) == (0.2, 0.25, 0.35)
+    assert got.loc["coloring", "metric"] == "color_ratio" and got.loc["coloring", "meets_target"]
+    assert got.loc["bfs", "meets_target"] and got.loc["bfs", "rounds_met"] == 2 and got.loc["bfs", "rounds"] == 3
