@@ -80,3 +80,19 @@ def test_cli_lists_and_reports_failure(tmp_repo):
     bad = subprocess.run([sys.executable, "-m", "workbench", "run", "missing", "--profile", "ci"], env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no experiment 'missing'" in bad.stderr
+
+
+@pytest.mark.parametrize("name", experiment.list_experiments())
+def test_parameters_cell_is_read_whole_by_papermill(name):
+    """papermill skips (with a warning) a parameter line holding a second '=' (e.g. in its comment):
+    every name the parameters cell assigns must be one papermill sees, so `-p`/profiles reach it."""
+    import ast
+
+    from papermill.translators import PythonTranslator
+
+    nb = json.loads((experiment.repo_root() / experiment.load_config(name)["notebook"]).read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    src = "".join(cell["source"])
+    assigned = [t.id for node in ast.parse(src).body if isinstance(node, ast.Assign) for t in node.targets]
+    seen = [p.name for p in PythonTranslator.inspect({**cell, "source": src})]
+    assert seen == assigned
