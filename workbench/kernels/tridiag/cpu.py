@@ -861,98 +861,98 @@ def _minus_column(x, r0, C, sol, v0, n):
 
 
 @_njit
-def load_panel_kernel(a, r0, fill, s, v0, vn, pad):
-    # s[i, v] = row i (the rank's local line index) of system v0 + v, from a (Va, w) block whose column 0 is
-    # row r0: rows before it take fill[v0 + v], rows after it 0 (gtsv's missing corners); a block of one
-    # system (Va == 1, constant coefficients) is broadcast.  Columns vn.. of s get pad (a unit row: the
-    # padding systems of a last, narrow panel stay finite).  8 x 8 tiles through registers: eight values
-    # of a system are one cache line, read whole, and eight systems of a row one line of s.
+def load_panel_kernel(a, r0, s, v0, vn):
+    # s[i, v] = row i (the rank's local line index) of system v0 + v, for the rows a covers: column j of the
+    # (Va, w) block a is row r0 + j; a block of one system (Va == 1, constant coefficients) is broadcast.
+    # Four systems at a time, each read along its row (four streams the prefetcher follows, each cache line
+    # read whole), written as one 32-byte row piece of the panel, which stays in cache.
     m, Vt = s.shape
     Va, w = a.shape
-    tile = np.empty((8, 8))
-    for i0 in range(0, m, 8):
-        i1 = min(i0 + 8, m)
-        j0 = i0 - r0
-        if i1 - i0 == 8 and j0 >= 0 and j0 + 8 <= w and Va > 1:
-            vb = 0
-            while vb + 8 <= vn:
-                for q in range(8):
-                    row = a[v0 + vb + q]
-                    for ii in range(8):
-                        tile[ii, q] = row[j0 + ii]
-                for ii in range(8):
-                    sr = s[i0 + ii]
-                    for q in range(8):
-                        sr[vb + q] = tile[ii, q]
-                vb += 8
-            for v in range(vb, vn):
-                row = a[v0 + v]
-                for ii in range(8):
-                    s[i0 + ii, v] = row[j0 + ii]
-        else:
-            for v in range(vn):
-                va = v0 + v if Va > 1 else 0
-                fv = fill[v0 + v]
-                for i in range(i0, i1):
-                    j = i - r0
-                    s[i, v] = a[va, j] if 0 <= j < w else (fv if j < 0 else 0.0)
+    i0 = max(r0, 0)
+    i1 = min(r0 + w, m)
+    if i1 <= i0:
+        return
+    if Va == 1:
+        src = a[0]
         for i in range(i0, i1):
-            for v in range(vn, Vt):
-                s[i, v] = pad
+            val = src[i - r0]
+            for v in range(vn):
+                s[i, v] = val
+        return
+    vb = 0
+    while vb + 4 <= vn:
+        q0, q1, q2, q3 = a[v0 + vb], a[v0 + vb + 1], a[v0 + vb + 2], a[v0 + vb + 3]
+        for i in range(i0, i1):
+            sr = s[i, vb:vb + 4]
+            j = i - r0
+            sr[0] = q0[j]
+            sr[1] = q1[j]
+            sr[2] = q2[j]
+            sr[3] = q3[j]
+        vb += 4
+    for v in range(vb, vn):
+        q0 = a[v0 + v]
+        for i in range(i0, i1):
+            s[i, v] = q0[i - r0]
 
 
 @_njit
 def store_panel_kernel(s, x, v0, vn):
-    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, in 8 x 8 tiles
+    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, four systems' rows at a time
     m = s.shape[0]
-    tile = np.empty((8, 8))
-    for i0 in range(0, m, 8):
-        i1 = min(i0 + 8, m)
-        if i1 - i0 == 8:
-            vb = 0
-            while vb + 8 <= vn:
-                for ii in range(8):
-                    sr = s[i0 + ii]
-                    for q in range(8):
-                        tile[q, ii] = sr[vb + q]
-                for q in range(8):
-                    xv = x[v0 + vb + q]
-                    for ii in range(8):
-                        xv[i0 + ii] = tile[q, ii]
-                vb += 8
-        else:
-            vb = 0
-        for v in range(vb, vn):
-            xv = x[v0 + v]
-            for i in range(i0, i1):
-                xv[i] = s[i, v]
+    vb = 0
+    while vb + 4 <= vn:
+        q0, q1, q2, q3 = x[v0 + vb], x[v0 + vb + 1], x[v0 + vb + 2], x[v0 + vb + 3]
+        for i in range(m):
+            sr = s[i, vb:vb + 4]
+            q0[i] = sr[0]
+            q1[i] = sr[1]
+            q2[i] = sr[2]
+            q3[i] = sr[3]
+        vb += 4
+    for v in range(vb, vn):
+        q0 = x[v0 + v]
+        for i in range(m):
+            q0[i] = s[i, v]
 
 
 @_njit
-def fused_batch_kernel(dl, d, du, b, r0, fill, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
+def fused_batch_kernel(dl, dl2, d, d2, du, du2, b, b2, r0, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
     # fused_kernel on (batch, m) blocks (each system a contiguous row, LAPACK's layout) without a whole-array
     # transpose: panels of Vt systems are transposed into line-major scratch that stays in cache, solved there
     # by fused_kernel itself (the same arithmetic, so the same answers bit for bit), and transposed back into
     # x (V, m).  Inputs are read once from memory and x written once, as in the line-major pass.
-    # r0[k], fill[k]: input k's block starts at local row r0[k]; rows before it take fill[k] (the one
-    # sub-diagonal entry a rank's neighbour holds in gtsv form), rows after it are 0.
+    # Each input comes as up to two blocks of columns (a dask chunk and the few columns of its neighbour
+    # that the rank's rows reach into, or gtsv's sub-diagonal entry a rank's neighbour holds), read where
+    # they lie: input k's blocks start at local rows r0[2k], r0[2k + 1]; rows neither covers are 0 (gtsv's
+    # missing corners).  A last, narrow panel is padded with unit rows (finite padding systems).
     V, m = x.shape
-    sa = np.empty((m, Vt))
-    sd = np.empty((m, Vt))
-    sc = np.empty((m, Vt))
-    sb = np.empty((m, Vt))
-    sx = np.empty((m, Vt))
+    S = np.empty((5, m, Vt))
     vs = np.empty((H, Vt))
     ws = np.empty((H, Vt))
     ed = np.empty((4, Vt))
+    ins = ((dl, dl2), (d, d2), (du, du2), (b, b2))
     for v0 in range(0, V, Vt):
         vn = min(Vt, V - v0)
-        load_panel_kernel(dl, r0[0], fill[0], sa, v0, vn, 0.0)
-        load_panel_kernel(d, r0[1], fill[1], sd, v0, vn, 1.0)
-        load_panel_kernel(du, r0[2], fill[2], sc, v0, vn, 0.0)
-        load_panel_kernel(b, r0[3], fill[3], sb, v0, vn, 0.0)
-        fused_kernel(sa, sd, sc, sb, starts, lens, sx, vs, ws, ed, chk, tau, Vt, W, H)
-        store_panel_kernel(sx, x, v0, vn)
+        k = 0
+        for pair in ins:
+            s = S[k]
+            p, q = pair
+            lo = min(max(r0[2 * k], 0), max(r0[2 * k + 1], 0) if q.shape[1] else m)
+            hi = max(min(r0[2 * k] + p.shape[1], m), min(r0[2 * k + 1] + q.shape[1], m) if q.shape[1] else 0)
+            pad = 1.0 if k == 1 else 0.0
+            for i in range(m):
+                if i < lo or i >= hi:
+                    for v in range(Vt):
+                        s[i, v] = 0.0
+                if vn < Vt:
+                    for v in range(vn, Vt):
+                        s[i, v] = pad
+            load_panel_kernel(p, r0[2 * k], s, v0, vn)
+            load_panel_kernel(q, r0[2 * k + 1], s, v0, vn)
+            k += 1
+        fused_kernel(S[0], S[1], S[2], S[3], starts, lens, S[4], vs, ws, ed, chk, tau, Vt, W, H)
+        store_panel_kernel(S[4], x, v0, vn)
         for v in range(vn):
             for t_ in range(4):
                 edge[t_, v0 + v] = ed[t_, v]

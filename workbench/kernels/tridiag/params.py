@@ -29,7 +29,7 @@ _TILE_SYSTEMS = 1024
 _FUSED_TILE = 2048
 #: Systems per panel of the fused pass on the (batch, n) layout: a panel's five (m, panel) line-major scratch
 #: arrays stay in cache (L2 for a rank's 2048 rows) while it is solved and transposed back.
-_BATCH_PANEL = 16
+_BATCH_PANEL = 64
 _FUSED_WINDOW = 64
 _FUSED_HALOS = (32, 40, 48, 56, 64)
 #: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
