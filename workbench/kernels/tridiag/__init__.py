@@ -807,8 +807,8 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
 
 def _holders(client: Any, keys: list) -> list[set]:
     """The workers holding each key (empty sets for keys not in memory: a lazy graph)."""
-    try:
-        got = client.who_has(keys)
+    try:  # by key: Client.who_has takes futures only (plain keys come back as an empty answer)
+        got = client.sync(client.scheduler.who_has, keys=list(keys))
     except Exception:  # pragma: no cover - an old scheduler without who_has: no locality
         return [set() for _ in keys]
     return [set(got.get(k, ())) for k in keys]
@@ -874,13 +874,16 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                     # the whole chunk, as it is (no copy; rows beyond the rank's are never read)
                     pieces.append((b0 - sh - lo, blocks[c], blocks[c].key, o1 - o0))
                 else:
+                    # a few columns of a neighbour's chunk: cut where the chunk lies (placed by the scheduler
+                    # beside its input), so only they travel to the rank
                     piece = dask.delayed(_cols, pure=True)(blocks[c], lax, o0 - b0, o1 - b0)
-                    pieces.append((o0 - sh - lo, piece, blocks[c].key, o1 - o0))
+                    pieces.append((o0 - sh - lo, piece, None, o1 - o0))
             per_rank.append(pieces)
         plans.append(per_rank)
-    want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r]] for r in range(P)]
+    want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
     ws = _rank_workers(client, want, addrs)
-    out = [tuple([(p[0], client.compute(p[1], workers=[ws[r]], allow_other_workers=False)) for p in plans[k][r]]
+    out = [tuple([(p[0], client.compute(p[1], workers=None if p[2] is None else [ws[r]],
+                                        allow_other_workers=p[2] is None)) for p in plans[k][r]]
                  for k in range(len(arrays))) for r in range(P)]
     return out, offs, ws, None
 
