@@ -841,7 +841,9 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         # chunked along the batch only: each worker takes whole chunks (whole systems), nothing moves
         cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
         P = len(cuts) - 1
-        arrays = [(a.rechunk({i: (a.chunks[i] if i == bax else -1) for i in range(a.ndim)}), sh) for a, sh in arrays]
+        # every input in b's chunks of systems (a chunk index must name the same systems in all four)
+        arrays = [(a.rechunk({i: (spec.b.chunks[bax] if i == bax else -1) for i in range(a.ndim)}), sh)
+                  for a, sh in arrays]
         bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[bax])]).astype(np.int64)
         boffs = bounds[cuts]
         blocks = [np.moveaxis(a.to_delayed(), bax, 0).reshape(-1) for a, _ in arrays]
