@@ -630,7 +630,7 @@ def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
     # (batch, n) dask arrays whose chunks end a few columns away from the ranks' edges (the ranks read a
     # neighbour's few columns), chunked along the batch with several chunks per worker (solved chunk by chunk)
     # or differently per input (copied into one block), odd sizes, host input: the answers of the line-major
-    # RowBlocks bit for bit, and solve_banded's
+    # RowBlocks bit for bit, and solve_banded's; chunked along n, x comes back in b's chunks
     import dask.array as da
 
     from workbench.kernels.tridiag import _rank_offsets
@@ -654,5 +654,8 @@ def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
             assert x.shape == (V, n), name
             xa = np.asarray(x)
             assert np.array_equal(xa, rows), (name, V, n)
+            if name.startswith("along n"):     # x comes back in b's chunks (3 workers: one of them cut in two)
+                assert cut in np.cumsum(x.chunks[1]), (x.chunks, cut)
+                assert n_workers > 2 or x.chunks[1] == (cut, n - cut), (x.chunks, cut)
             if V >= 8 and n >= 811:
                 assert x.stats["path"] == "fused", name

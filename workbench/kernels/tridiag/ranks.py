@@ -56,6 +56,7 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     cfg = {**cfg, "local": _engine(kind, cfg["engine"], xp_of)}
     x = None
     info = {}
+    groups = room = None
     if cfg["form"] != "rows":
         m = hi - lo
         vs = [int(p.shape[1 - cfg["nax"]]) for _, p in raw[-1]] if cfg["batched"] else [1]
@@ -66,7 +67,8 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
             # the gtsv layout's own fused pass on the blocks as they lie: panels of systems transposed in
             # cache, x written in the caller's layout
             phases["layout"] = time.perf_counter() - t0
-            x, info = _solve_fused(comm, groups, fused, cfg, phases, m, gtsv=True)
+            room = _room(comm, lo, hi, cfg)
+            x, info = _solve_fused(comm, groups, fused, cfg, phases, m, gtsv=room)
             if x is None:
                 info["fallback"] = True   # the coupling does not decay: the two-pass path (all ranks alike)
         if x is None:
@@ -98,6 +100,10 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
             t = time.perf_counter()
             x = _to_user(x, cfg)
             phases["layout"] += time.perf_counter() - t
+    if cfg.get("out_edges") is not None:
+        t = time.perf_counter()
+        x = _realign(comm, x, lo, hi, cfg, room if info.get("path") == "fused" and groups is not None else None)
+        phases["realign"] = time.perf_counter() - t
     synchronize(x)
     t1 = time.perf_counter()
     info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
@@ -143,6 +149,45 @@ def _assemble(pieces: list, m: int, cfg: dict) -> tuple[Any, int, Any]:
         if i1 > i0:
             out[_along(lax, out.ndim, i0, i1)] = p[_along(lax, p.ndim, i0 - r0, i1 - r0)]
     return out, 0, None
+
+
+def _room(comm: Any, lo: int, hi: int, cfg: dict) -> tuple[Any, int]:
+    """The gtsv pass's answer buffer ``(buf, pre)``: the rank's rows ``lo..hi`` in columns ``pre..`` of a
+    (V, w) block with room for the rows its neighbours pass it (``cfg["out_edges"]``), so its block of the
+    answer is there without a copy."""
+    oe = cfg.get("out_edges")
+    o_lo, o_hi = (lo, hi) if oe is None else (oe[comm.rank], oe[comm.rank + 1])
+    pre, post = max(lo - o_lo, 0), max(o_hi - hi, 0)
+    return empty((cfg["V"], pre + hi - lo + post)), pre
+
+
+def _realign(comm: Any, x: Any, lo: int, hi: int, cfg: dict, room: tuple | None) -> Any:
+    """The rank's answer for rows ``lo..hi`` (the caller's layout) -> its block for rows ``out_edges[rank]..
+    out_edges[rank + 1]``: rows past a chunk edge of the caller's go to the neighbour, the neighbour's come in
+    (one exchange of those few rows; every rank of a line split calls this).  ``room``: the buffer that ``x``
+    is a view of, with room for the incoming rows (else the block is copied)."""
+    oe, ax, r = cfg["out_edges"], cfg["nax"], comm.rank
+    o_lo, o_hi = oe[r], oe[r + 1]
+    xp = namespace(x)
+    sends = {}
+    if o_lo > lo:
+        sends[r - 1] = xp.ascontiguousarray(x[_along(ax, x.ndim, 0, o_lo - lo)])
+    if o_hi < hi:
+        sends[r + 1] = xp.ascontiguousarray(x[_along(ax, x.ndim, o_hi - lo, hi - lo)])
+    recv = ([r - 1] if o_lo < lo else []) + ([r + 1] if o_hi > hi else [])
+    got = comm.neighbor_exchange(sends, recv_from=recv)
+    if room is not None:   # the (V, w) gtsv buffer: x is its columns pre..pre + m, rows lo - pre..
+        buf, pre = room
+        if o_lo < lo:
+            buf[:, :pre] = got[r - 1]
+        if o_hi > hi:
+            buf[:, pre + hi - lo:] = got[r + 1]
+        return buf[:, o_lo - lo + pre:o_hi - lo + pre]
+    own = x[_along(ax, x.ndim, max(o_lo - lo, 0), min(o_hi, hi) - lo)]
+    if not recv:
+        return own
+    return xp.concatenate(([got[r - 1]] if o_lo < lo else []) + [own] + ([got[r + 1]] if o_hi > hi else []),
+                          axis=ax)
 
 
 def _gtsv_groups(raw: list, cfg: dict) -> list | None:
@@ -255,13 +300,14 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
 
 
 def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict, m: int,
-                 gtsv: bool = False) -> tuple[Any, dict]:
+                 gtsv: tuple | None = None) -> tuple[Any, dict]:
     """One pass over the inputs, then one exchange with each neighbour: ``(x, info)``, or ``(None, info)``
     on every rank when the neighbours' influence does not decay within the halo or something is
     non-finite: the two-pass path then solves (and reports bad input).  ``info["halo_probed"]`` is the
     probe's verdict when this solve ran it (the client caches it per matrix).  ``arrays``: line-major
     ``(dl, d, du, b)``, or with ``gtsv`` the (batch, m) blocks as :func:`_gtsv_groups` lists them, solved
-    in cached panels of systems (``x`` then comes back as ``(V, m)``)."""
+    in cached panels of systems (``x`` then comes back as ``(V, m)``: columns ``pre..pre + m`` of the
+    ``gtsv = (buf, pre)`` buffer)."""
     t = time.perf_counter()
     starts, lens = blocks
     V = cfg["V"]
@@ -297,7 +343,8 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
     VS, WS, edge = xp.zeros((H, V)), xp.zeros((H, V)), xp.zeros((4, V))
     chk, tau = xp.zeros(1), xp.zeros(3)
     if gtsv:
-        x = empty((V, m))
+        buf, pre = gtsv
+        x = buf[:, pre:pre + m]
         for v0, ins in arrays:
             blocks, r0 = [], []
             for pieces in ins:
