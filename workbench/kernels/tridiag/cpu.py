@@ -921,7 +921,9 @@ def fused_batch_kernel(dl, dl2, d, d2, du, du2, b, b2, r0, starts, lens, x, VS, 
     # transpose.  For each panel of Vt systems, block by block of the line: the block's rows are transposed
     # into line-major scratch that stays in L2, solved there by fused_kernel itself (one block at a time, the
     # same arithmetic), and the interface with the previous block is solved and applied as fused_kernel does
-    # inside a rank (the same helpers, so the answers are the same bit for bit); the panel's x goes back into
+    # inside a rank (the same helpers, so the answers are the same bit for bit while H <= W, as params.py's
+    # halos and window are: fused_kernel applies it after a block's first window, which then holds the
+    # block's first H rows already final); the panel's x goes back into
     # x (V, m) once its blocks are done.  Inputs are read once from memory and x written once.
     # Each input comes as up to two blocks of columns (a dask chunk and the few columns of its neighbour
     # that the rank's rows reach into, or gtsv's sub-diagonal entry a rank's neighbour holds), read where
