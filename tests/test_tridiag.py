@@ -579,3 +579,83 @@ def test_compact_derivative_axis(clients):
                           (wb.compact_derivative(da.from_array(f, chunks=(8, n)), h, client=client), False)):
         got = np.asarray(x)
         assert np.array_equal(got.T if transposed else got, y)
+
+
+def test_gtsv_batch_kernel_matches_the_line_major_pass():
+    # the (batch, m) pass on blocks as they lie (each input up to two blocks of columns, one starting before
+    # the rank's first row or a single fill column, a one-system broadcast block, a narrow last panel) gives
+    # fused_kernel's answers on the line-major copy bit for bit, and its edge rows and columns
+    pytest.importorskip("numba")
+    from workbench.kernels.tridiag import cpu as K
+
+    rng = np.random.default_rng(31)
+    lens = np.array([90, 101, 77], np.int64)                          # blocks >= 2H + 2 rows, odd lengths
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    m, V, W, H = int(lens.sum()), 70, 32, 32                          # panels of 64: a last panel of 6
+    dl, du = rng.uniform(-1, 1, (V, m)), rng.uniform(-1, 1, (V, m))
+    d = 2 * (np.abs(dl) + np.abs(du)) + rng.random((V, m))
+    du_one = np.full((1, m), 0.25)                                    # constant super-diagonal, one system
+    b = rng.uniform(-1, 1, (V, m))
+    lm = [np.ascontiguousarray(a.T) for a in (dl, d, np.broadcast_to(du_one, (V, m)), b)]
+    out = {}
+    for name, args in (("line-major", lm), ):
+        x, VS, WS, edge = np.zeros((m, V)), np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
+        chk, tau = np.zeros(1), np.zeros(3)
+        K.fused_kernel(*args, starts, lens, x, VS, WS, edge, chk, tau, 64, W, H)
+        out[name] = (x.T, VS, WS, edge, tau)
+    ext = np.concatenate([rng.uniform(-1, 1, (V, 4)), d], axis=1)    # 4 columns before row 0 (a neighbour's)
+    cut = 123
+    pieces = {"dl": ((0, dl[:, :1]), (1, dl[:, 1:])),                  # gtsv's fill column, then the rest
+              "d": ((-4, np.ascontiguousarray(ext[:, :4 + cut])), (cut, np.ascontiguousarray(d[:, cut:]))),
+              "du": ((0, du_one), (0, np.empty((1, 0)))),
+              "b": ((0, np.ascontiguousarray(b[:, :cut + 5])), (cut + 5, np.ascontiguousarray(b[:, cut + 5:])))}
+    blocks, r0 = [], []
+    for (ra, a), (rb, a2) in pieces.values():
+        blocks += [np.ascontiguousarray(a), np.ascontiguousarray(a2)]
+        r0 += [ra, rb]
+    x, VS, WS, edge = np.zeros((V, m)), np.zeros((H, V)), np.zeros((H, V)), np.zeros((4, V))
+    chk, tau = np.zeros(1), np.zeros(3)
+    K.fused_batch_kernel(*blocks, np.array(r0, np.int64), starts, lens, x, VS, WS, edge, chk, tau, 64, W, H)
+    ref = out["line-major"]
+    assert np.isfinite(chk[0]) and tau.max() <= 2.0 ** -53
+    assert np.array_equal(x, ref[0])
+    for got, want in zip((VS, WS, edge), ref[1:4], strict=True):
+        assert np.array_equal(got, want)
+    xs = np.stack([_banded(dl[k, 1:], d[k], du_one[0, :-1], b[k]) for k in range(V)])
+    assert np.abs(x - xs).max() <= 1e-13 * np.abs(xs).max()
+
+
+@pytest.mark.parametrize("n_workers", [2, 3])
+def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
+    # (batch, n) dask arrays whose chunks end a few columns away from the ranks' edges (the ranks read a
+    # neighbour's few columns), chunked along the batch with several chunks per worker (solved chunk by chunk)
+    # or differently per input (copied into one block), odd sizes, host input: the answers of the line-major
+    # RowBlocks bit for bit, and solve_banded's; chunked along n, x comes back in b's chunks
+    import dask.array as da
+
+    from workbench.kernels.tridiag import _rank_offsets
+
+    client = clients(n_workers)
+    for V, n in ((7, 13), (9, 811), (70, 1501)):
+        dl, d, du, b = _system("dominant", n, V, None, seed=V + n)
+        ref = _oracle(dl, d, du, b)
+        rows = np.asarray(wb.tridiag_solve(*distribute_system(dl, d, du, b, client=client), client=client)).T
+        _close(rows, ref)
+        cut = max(1, int(_rank_offsets(n, n_workers, V)[1]) - 3)      # a chunk edge 3 columns before the rank's
+        per = -(-V // (3 * n_workers))
+        chunkings = {"along n, near rank edges": [(V, (cut, a.shape[1] - cut)) for a in (dl, d, du, b)],
+                     "along batch, 3 per worker": [(per, -1)] * 4,
+                     "along batch, unlike": [(4, -1), (5, -1), (3, -1), (4, -1)]}
+        got = {"host": wb.tridiag_solve(dl, d, du, b, client=client)}
+        for name, ch in chunkings.items():
+            got[name] = wb.tridiag_solve(*[da.from_array(a, chunks=c) for a, c in zip((dl, d, du, b), ch, strict=True)],
+                                         client=client)
+        for name, x in got.items():
+            assert x.shape == (V, n), name
+            xa = np.asarray(x)
+            assert np.array_equal(xa, rows), (name, V, n)
+            if name.startswith("along n"):     # x comes back in b's chunks (3 workers: one of them cut in two)
+                assert cut in np.cumsum(x.chunks[1]), (x.chunks, cut)
+                assert n_workers > 2 or x.chunks[1] == (cut, n - cut), (x.chunks, cut)
+            if V >= 8 and n >= 811:
+                assert x.stats["path"] == "fused", name

@@ -85,19 +85,25 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
 
 * **gtsv layout** ``(batch, n)`` (``axis=-1``, the default; LAPACK's, each
   system a contiguous row), host or dask.  The fast path: each rank takes its
-  chunks as they lie, transposes panels of 16 systems into line-major scratch
-  that stays in cache, runs the fused pass there (the same kernel, so the same
-  answers bit for bit) and writes ``x`` back into the same layout; the inputs
-  are read once and ``x`` written once, as in the line-major pass, plus the
-  in-cache transposes.  Dask arrays chunked along ``n`` are read where they
-  lie: each rank goes to the worker holding its chunks, and a sub-diagonal
-  chunked like ``d`` needs only its neighbour's one entry per system; other
-  chunkings along ``n`` are copied into one block per rank.  Dask arrays
-  chunked along the batch, and host batches of at least 8 systems per worker,
-  give each worker whole systems: no exchange at all (the blocks along the line
-  are the same, so are the answers).  Several right-hand sides, fewer than 8
-  systems, non-decaying couplings (the two-pass path) and device workers
-  transpose each rank's blocks (one extra read and write of each array).
+  chunks as they lie and, panel by panel of 64 systems and block by block of
+  the line (~340 rows at n = 4096), transposes the rows into line-major
+  scratch that stays in L2, runs the fused pass there (the same kernel, so the
+  same answers bit for bit) and writes ``x`` back into the same layout; the
+  inputs are read once and ``x`` written once, as in the line-major pass, plus
+  the in-cache transposes (about 1.7x the line-major pass's time in one
+  process here).  Dask arrays chunked along ``n`` are read where they lie:
+  each rank goes to the worker holding most of its chunks; where a rank's rows
+  reach a few columns into a neighbour's chunk, those columns are cut beside
+  the chunk and only they travel (so does a gtsv sub-diagonal's one entry per
+  system); a rank whose rows span three or more chunks of an input copies
+  them into one block.  Dask arrays chunked along the batch (rechunked to
+  ``b``'s chunks of systems where the inputs differ), and host batches of at
+  least 8 systems per worker, give each worker whole systems: no exchange at
+  all (the blocks along the line are the same, so are the answers).  Host
+  arrays travel to the workers on every call.  Several right-hand sides, fewer
+  than 8 systems, non-decaying couplings (the two-pass path), the compact
+  derivative and device workers transpose each rank's blocks (one extra read
+  and write of each array).
 * **line-major arrays** ``(n, batch)`` (``axis=0``), host or dask chunked
   along ``n``: the fused pass reads the blocks in place; the gtsv sub-diagonal
   (``n-1`` entries, shifted by one row) and the last rank's super-diagonal are
@@ -112,8 +118,11 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
 The result is a dask array of futures pinned where they were computed, in the
 caller's layout and chunked as the solver split the work (along ``n``, or
 along the batch when each worker held whole systems); line-major for RowBlocks
-inputs.  No pivoting is done (as in the paper and cuSPARSE
-``gtsv2_nopivot``): a zero pivot raises :class:`numpy.linalg.LinAlgError`.
+inputs.  For a dask ``b`` chunked along ``n`` the blocks meet at ``b``'s chunk
+edge nearest each rank edge (the ranks pass each other the few rows between),
+so with one chunk per worker ``x`` comes back chunked exactly as ``b``.  No
+pivoting is done (as in the paper and cuSPARSE ``gtsv2_nopivot``): a zero
+pivot raises :class:`numpy.linalg.LinAlgError`.
 
 Package layout
 --------------
@@ -807,8 +816,8 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
 
 def _holders(client: Any, keys: list) -> list[set]:
     """The workers holding each key (empty sets for keys not in memory: a lazy graph)."""
-    try:
-        got = client.who_has(keys)
+    try:  # by key: Client.who_has takes futures only (plain keys come back as an empty answer)
+        got = client.sync(client.scheduler.who_has, keys=list(keys))
     except Exception:  # pragma: no cover - an old scheduler without who_has: no locality
         return [set() for _ in keys]
     return [set(got.get(k, ())) for k in keys]
@@ -841,7 +850,9 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         # chunked along the batch only: each worker takes whole chunks (whole systems), nothing moves
         cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
         P = len(cuts) - 1
-        arrays = [(a.rechunk({i: (a.chunks[i] if i == bax else -1) for i in range(a.ndim)}), sh) for a, sh in arrays]
+        # every input in b's chunks of systems (a chunk index must name the same systems in all four)
+        arrays = [(a.rechunk({i: (spec.b.chunks[bax] if i == bax else -1) for i in range(a.ndim)}), sh)
+                  for a, sh in arrays]
         bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[bax])]).astype(np.int64)
         boffs = bounds[cuts]
         blocks = [np.moveaxis(a.to_delayed(), bax, 0).reshape(-1) for a, _ in arrays]
@@ -874,13 +885,16 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                     # the whole chunk, as it is (no copy; rows beyond the rank's are never read)
                     pieces.append((b0 - sh - lo, blocks[c], blocks[c].key, o1 - o0))
                 else:
+                    # a few columns of a neighbour's chunk: cut where the chunk lies (placed by the scheduler
+                    # beside its input), so only they travel to the rank
                     piece = dask.delayed(_cols, pure=True)(blocks[c], lax, o0 - b0, o1 - b0)
-                    pieces.append((o0 - sh - lo, piece, blocks[c].key, o1 - o0))
+                    pieces.append((o0 - sh - lo, piece, None, o1 - o0))
             per_rank.append(pieces)
         plans.append(per_rank)
-    want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r]] for r in range(P)]
+    want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
     ws = _rank_workers(client, want, addrs)
-    out = [tuple([(p[0], client.compute(p[1], workers=[ws[r]], allow_other_workers=False)) for p in plans[k][r]]
+    out = [tuple([(p[0], client.compute(p[1], workers=None if p[2] is None else [ws[r]],
+                                        allow_other_workers=p[2] is None)) for p in plans[k][r]]
                  for k in range(len(arrays))) for r in range(P)]
     return out, offs, ws, None
 
@@ -918,6 +932,8 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     matrix = _matrix_key(spec, lines if boffs is None else np.concatenate([offs, boffs])) \
         if fused is not None else None
     cfg["halo"] = _HALO_CACHE.get(matrix, _PROBE) if matrix is not None else _PROBE
+    out_edges = _out_edges(spec, offs) if split == "line" else None
+    cfg["out_edges"] = None if out_edges is None else [int(e) for e in out_edges]
     rank_args = [(parts[r], spans[r][0], spans[r][1], blocks[r][0], blocks[r][1],
                   None if fused is None else fused[r]) for r in range(P)]
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",
@@ -934,8 +950,9 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         X = _user_layout(X, spec)
     else:
         cat = spec.nax if split == "line" else 1 - spec.nax
+        ext = spans if out_edges is None else [(int(out_edges[r]), int(out_edges[r + 1])) for r in range(P)]
         X = da.concatenate([da.from_delayed(dask.delayed(xf[r]), dtype=np.float64,
-                                            shape=_block_shape(spec, *spans[r], None if boffs is None else
+                                            shape=_block_shape(spec, *ext[r], None if boffs is None else
                                                                int(boffs[r + 1] - boffs[r])))
                             for r in nonempty], axis=cat)
     ndof = spec.n * V * R
@@ -963,6 +980,23 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "systems_per_worker": None if boffs is None else [int(v) for v in np.diff(boffs)],
     }
     return X
+
+
+def _out_edges(spec: _Spec, offs: np.ndarray) -> np.ndarray | None:
+    """Where the answer's blocks meet along the line for a dask ``b`` chunked along it: at ``b``'s chunk edge
+    nearest each rank edge, so ``x`` comes back chunked as the caller's input (the ranks pass each other the
+    few rows between the two edges); None where they are the ranks' own edges already, or cannot be."""
+    if spec.source != "dask" or len(offs) < 3 or np.any(np.diff(offs) <= 0):
+        return None
+    bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[spec.nax])]).astype(np.int64)
+    if len(bounds) < 3:
+        return None
+    out = offs.copy()
+    for r in range(1, len(offs) - 1):
+        u = int(bounds[np.argmin(np.abs(bounds - offs[r]))])
+        if offs[r - 1] < u < offs[r + 1]:   # the rows that move belong to the two ranks beside the edge
+            out[r] = u
+    return None if np.array_equal(out, offs) or np.any(np.diff(out) <= 0) else out
 
 
 def _block_shape(spec: _Spec, lo: int, hi: int, vr: int | None) -> tuple:

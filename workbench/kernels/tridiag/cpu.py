@@ -861,104 +861,139 @@ def _minus_column(x, r0, C, sol, v0, n):
 
 
 @_njit
-def load_panel_kernel(a, r0, fill, s, v0, vn, pad):
-    # s[i, v] = row i (the rank's local line index) of system v0 + v, from a (Va, w) block whose column 0 is
-    # row r0: rows before it take fill[v0 + v], rows after it 0 (gtsv's missing corners); a block of one
-    # system (Va == 1, constant coefficients) is broadcast.  Columns vn.. of s get pad (a unit row: the
-    # padding systems of a last, narrow panel stay finite).  8 x 8 tiles through registers: eight values
-    # of a system are one cache line, read whole, and eight systems of a row one line of s.
-    m, Vt = s.shape
+def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
+    # s[i - i0, v] = row i (the rank's local line index) of system v0 + v, for the rows i in [i0, i1) that a
+    # covers: column j of the (Va, w) block a is row r0 + j; a block of one system (Va == 1, constant
+    # coefficients) is broadcast.  Four systems at a time, each read along its row (four streams the
+    # prefetcher follows, each cache line read whole), written as one 32-byte piece of a panel row.
     Va, w = a.shape
-    tile = np.empty((8, 8))
-    for i0 in range(0, m, 8):
-        i1 = min(i0 + 8, m)
-        j0 = i0 - r0
-        if i1 - i0 == 8 and j0 >= 0 and j0 + 8 <= w and Va > 1:
-            vb = 0
-            while vb + 8 <= vn:
-                for q in range(8):
-                    row = a[v0 + vb + q]
-                    for ii in range(8):
-                        tile[ii, q] = row[j0 + ii]
-                for ii in range(8):
-                    sr = s[i0 + ii]
-                    for q in range(8):
-                        sr[vb + q] = tile[ii, q]
-                vb += 8
-            for v in range(vb, vn):
-                row = a[v0 + v]
-                for ii in range(8):
-                    s[i0 + ii, v] = row[j0 + ii]
-        else:
+    lo = max(i0, r0)
+    hi = min(i1, r0 + w)
+    if hi <= lo:
+        return
+    if Va == 1:
+        src = a[0]
+        for i in range(lo, hi):
+            val = src[i - r0]
             for v in range(vn):
-                va = v0 + v if Va > 1 else 0
-                fv = fill[v0 + v]
-                for i in range(i0, i1):
-                    j = i - r0
-                    s[i, v] = a[va, j] if 0 <= j < w else (fv if j < 0 else 0.0)
-        for i in range(i0, i1):
-            for v in range(vn, Vt):
-                s[i, v] = pad
+                s[i - i0, v] = val
+        return
+    vb = 0
+    while vb + 4 <= vn:
+        q0, q1, q2, q3 = a[v0 + vb], a[v0 + vb + 1], a[v0 + vb + 2], a[v0 + vb + 3]
+        for i in range(lo, hi):
+            sr = s[i - i0, vb:vb + 4]
+            j = i - r0
+            sr[0] = q0[j]
+            sr[1] = q1[j]
+            sr[2] = q2[j]
+            sr[3] = q3[j]
+        vb += 4
+    for v in range(vb, vn):
+        q0 = a[v0 + v]
+        for i in range(lo, hi):
+            s[i - i0, v] = q0[i - r0]
 
 
 @_njit
 def store_panel_kernel(s, x, v0, vn):
-    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, in 8 x 8 tiles
+    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, four systems' rows at a time
     m = s.shape[0]
-    tile = np.empty((8, 8))
-    for i0 in range(0, m, 8):
-        i1 = min(i0 + 8, m)
-        if i1 - i0 == 8:
-            vb = 0
-            while vb + 8 <= vn:
-                for ii in range(8):
-                    sr = s[i0 + ii]
-                    for q in range(8):
-                        tile[q, ii] = sr[vb + q]
-                for q in range(8):
-                    xv = x[v0 + vb + q]
-                    for ii in range(8):
-                        xv[i0 + ii] = tile[q, ii]
-                vb += 8
-        else:
-            vb = 0
-        for v in range(vb, vn):
-            xv = x[v0 + v]
-            for i in range(i0, i1):
-                xv[i] = s[i, v]
+    vb = 0
+    while vb + 4 <= vn:
+        q0, q1, q2, q3 = x[v0 + vb], x[v0 + vb + 1], x[v0 + vb + 2], x[v0 + vb + 3]
+        for i in range(m):
+            sr = s[i, vb:vb + 4]
+            q0[i] = sr[0]
+            q1[i] = sr[1]
+            q2[i] = sr[2]
+            q3[i] = sr[3]
+        vb += 4
+    for v in range(vb, vn):
+        q0 = x[v0 + v]
+        for i in range(m):
+            q0[i] = s[i, v]
 
 
 @_njit
-def fused_batch_kernel(dl, d, du, b, r0, fill, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
+def fused_batch_kernel(dl, dl2, d, d2, du, du2, b, b2, r0, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H):
     # fused_kernel on (batch, m) blocks (each system a contiguous row, LAPACK's layout) without a whole-array
-    # transpose: panels of Vt systems are transposed into line-major scratch that stays in cache, solved there
-    # by fused_kernel itself (the same arithmetic, so the same answers bit for bit), and transposed back into
-    # x (V, m).  Inputs are read once from memory and x written once, as in the line-major pass.
-    # r0[k], fill[k]: input k's block starts at local row r0[k]; rows before it take fill[k] (the one
-    # sub-diagonal entry a rank's neighbour holds in gtsv form), rows after it are 0.
+    # transpose.  For each panel of Vt systems, block by block of the line: the block's rows are transposed
+    # into line-major scratch that stays in L2, solved there by fused_kernel itself (one block at a time, the
+    # same arithmetic), and the interface with the previous block is solved and applied as fused_kernel does
+    # inside a rank (the same helpers, so the answers are the same bit for bit while H <= W, as params.py's
+    # halos and window are: fused_kernel applies it after a block's first window, which then holds the
+    # block's first H rows already final); the panel's x goes back into
+    # x (V, m) once its blocks are done.  Inputs are read once from memory and x written once.
+    # Each input comes as up to two blocks of columns (a dask chunk and the few columns of its neighbour
+    # that the rank's rows reach into, or gtsv's sub-diagonal entry a rank's neighbour holds), read where
+    # they lie: input k's blocks start at local rows r0[2k], r0[2k + 1]; rows neither covers are 0 (gtsv's
+    # missing corners).  A last, narrow panel is padded with unit rows (finite padding systems).
     V, m = x.shape
-    sa = np.empty((m, Vt))
-    sd = np.empty((m, Vt))
-    sc = np.empty((m, Vt))
-    sb = np.empty((m, Vt))
+    S = starts.size
+    Lmax = 1
+    for s_ in range(S):
+        Lmax = max(Lmax, lens[s_])
+    sin = np.empty((4, Lmax, Vt))
     sx = np.empty((m, Vt))
     vs = np.empty((H, Vt))
     ws = np.empty((H, Vt))
+    wprev = np.empty((H, Vt))
     ed = np.empty((4, Vt))
+    eprev = np.empty((4, Vt))
+    p = np.empty(Vt)
+    q = np.empty(Vt)
+    one = np.zeros(1, np.int64)
+    ln = np.empty(1, np.int64)
+    ins = ((dl, dl2), (d, d2), (du, du2), (b, b2))
     for v0 in range(0, V, Vt):
         vn = min(Vt, V - v0)
-        load_panel_kernel(dl, r0[0], fill[0], sa, v0, vn, 0.0)
-        load_panel_kernel(d, r0[1], fill[1], sd, v0, vn, 1.0)
-        load_panel_kernel(du, r0[2], fill[2], sc, v0, vn, 0.0)
-        load_panel_kernel(b, r0[3], fill[3], sb, v0, vn, 0.0)
-        fused_kernel(sa, sd, sc, sb, starts, lens, sx, vs, ws, ed, chk, tau, Vt, W, H)
+        for s_ in range(S):
+            i0 = starts[s_]
+            L = lens[s_]
+            k = 0
+            for pair in ins:
+                sk = sin[k]
+                pa, pb = pair
+                # rows neither block covers are 0, padding systems' rows unit rows
+                ra, rb = r0[2 * k], r0[2 * k + 1]
+                lo = min(max(ra, i0), max(rb, i0) if pb.shape[1] else i0 + L)
+                hi = max(min(ra + pa.shape[1], i0 + L), min(rb + pb.shape[1], i0 + L) if pb.shape[1] else i0)
+                for i in range(L):
+                    if i < lo - i0 or i >= hi - i0:
+                        for v in range(vn):
+                            sk[i, v] = 0.0
+                    for v in range(vn, Vt):
+                        sk[i, v] = 1.0 if k == 1 else 0.0
+                load_panel_kernel(pa, r0[2 * k], sk, v0, vn, i0, i0 + L)
+                load_panel_kernel(pb, r0[2 * k + 1], sk, v0, vn, i0, i0 + L)
+                k += 1
+            ln[0] = L
+            fused_kernel(sin[0, :L], sin[1, :L], sin[2, :L], sin[3, :L], one, ln, sx[i0:i0 + L], vs, ws, ed, chk,
+                         tau, Vt, W, H)
+            if s_ == 0:
+                for v in range(vn):
+                    edge[0, v0 + v] = ed[0, v]
+                    edge[1, v0 + v] = ed[1, v]
+                    for t_ in range(H):
+                        VS[t_, v0 + v] = vs[t_, v]
+            else:
+                if _interface(eprev[2], eprev[3], ed[0], ed[1], p, q, vn):
+                    tau[0] = np.inf
+                _minus_column(sx, i0 - H, wprev, q, 0, vn)
+                _minus_column(sx, i0, vs, p, 0, vn)
+            for t_ in range(4):
+                for v in range(Vt):
+                    eprev[t_, v] = ed[t_, v]
+            for t_ in range(H):
+                for v in range(Vt):
+                    wprev[t_, v] = ws[t_, v]
         store_panel_kernel(sx, x, v0, vn)
         for v in range(vn):
-            for t_ in range(4):
-                edge[t_, v0 + v] = ed[t_, v]
+            edge[2, v0 + v] = eprev[2, v]
+            edge[3, v0 + v] = eprev[3, v]
             for t_ in range(H):
-                VS[t_, v0 + v] = vs[t_, v]
-                WS[t_, v0 + v] = ws[t_, v]
+                WS[t_, v0 + v] = wprev[t_, v]
 
 
 @_njit

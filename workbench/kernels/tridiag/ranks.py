@@ -48,27 +48,33 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     kind = device_kind()
     if cfg["form"] == "rows":
         parts = tuple(to_device(p) for p in parts)  # on a GPU worker, blocks scattered from the host move there once
-        ins = None
         xp_of = namespace(*parts)
     else:
-        # lists of (first local row, block) in the caller's layout -> one (block, first row, fill) per input
-        ins = [_assemble([(r0, to_device(p)) for r0, p in pieces], hi - lo, cfg) for pieces in parts]
-        xp_of = namespace(*[a for a, _, _ in ins])
+        # lists of (first local row, block) in the caller's layout
+        raw = [[(r0, to_device(p)) for r0, p in pieces] for pieces in parts]
+        xp_of = namespace(*[p for pieces in raw for _, p in pieces])
     cfg = {**cfg, "local": _engine(kind, cfg["engine"], xp_of)}
     x = None
     info = {}
-    if ins is not None:
+    groups = room = None
+    if cfg["form"] != "rows":
         m = hi - lo
-        cfg["V"] = int(ins[-1][0].shape[1 - cfg["nax"]]) if cfg["batched"] else 1
-        if (cfg["mode"] == "solve" and cfg["local"] == "numba" and cfg["batched"] and cfg["nax"] == 1
-                and cfg["R"] == 1 and fused is not None):
-            # the gtsv layout's own fused pass: panels of systems transposed in cache, x written in place
+        vs = [int(p.shape[1 - cfg["nax"]]) for _, p in raw[-1]] if cfg["batched"] else [1]
+        cfg["V"] = sum(vs) if cfg["split"] == "batch" else vs[0]
+        groups = _gtsv_groups(raw, cfg) if (cfg["mode"] == "solve" and cfg["local"] == "numba" and cfg["batched"]
+                                           and cfg["nax"] == 1 and cfg["R"] == 1 and fused is not None) else None
+        if groups is not None:
+            # the gtsv layout's own fused pass on the blocks as they lie: panels of systems transposed in
+            # cache, x written in the caller's layout
             phases["layout"] = time.perf_counter() - t0
-            x, info = _solve_fused(comm, ins, fused, cfg, phases, m, gtsv=True)
+            room = _room(comm, lo, hi, cfg)
+            x, info = _solve_fused(comm, groups, fused, cfg, phases, m, gtsv=room)
             if x is None:
                 info["fallback"] = True   # the coupling does not decay: the two-pass path (all ranks alike)
         if x is None:
             t = time.perf_counter()
+            # one (block, first row, fill) per input
+            ins = [_assemble(pieces, m, cfg) for pieces in raw]
             if cfg["mode"] == "compact":
                 dl, d, du, b = _compact_local(comm, _to_line_major(*ins[0], m, cfg, rhs=False), lo, hi, cfg)
             else:
@@ -90,10 +96,14 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         if x is None:
             x, more = _solve_local(comm, dl, d, du, b, lo, starts, lens, cfg, phases)
             info.update(more)
-        if ins is not None:
+        if cfg["form"] != "rows":
             t = time.perf_counter()
             x = _to_user(x, cfg)
             phases["layout"] += time.perf_counter() - t
+    if cfg.get("out_edges") is not None:
+        t = time.perf_counter()
+        x = _realign(comm, x, lo, hi, cfg, room if info.get("path") == "fused" and groups is not None else None)
+        phases["realign"] = time.perf_counter() - t
     synchronize(x)
     t1 = time.perf_counter()
     info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
@@ -139,6 +149,62 @@ def _assemble(pieces: list, m: int, cfg: dict) -> tuple[Any, int, Any]:
         if i1 > i0:
             out[_along(lax, out.ndim, i0, i1)] = p[_along(lax, p.ndim, i0 - r0, i1 - r0)]
     return out, 0, None
+
+
+def _room(comm: Any, lo: int, hi: int, cfg: dict) -> tuple[Any, int]:
+    """The gtsv pass's answer buffer ``(buf, pre)``: the rank's rows ``lo..hi`` in columns ``pre..`` of a
+    (V, w) block with room for the rows its neighbours pass it (``cfg["out_edges"]``), so its block of the
+    answer is there without a copy."""
+    oe = cfg.get("out_edges")
+    o_lo, o_hi = (lo, hi) if oe is None else (oe[comm.rank], oe[comm.rank + 1])
+    pre, post = max(lo - o_lo, 0), max(o_hi - hi, 0)
+    return empty((cfg["V"], pre + hi - lo + post)), pre
+
+
+def _realign(comm: Any, x: Any, lo: int, hi: int, cfg: dict, room: tuple | None) -> Any:
+    """The rank's answer for rows ``lo..hi`` (the caller's layout) -> its block for rows ``out_edges[rank]..
+    out_edges[rank + 1]``: rows past a chunk edge of the caller's go to the neighbour, the neighbour's come in
+    (one exchange of those few rows; every rank of a line split calls this).  ``room``: the buffer that ``x``
+    is a view of, with room for the incoming rows (else the block is copied)."""
+    oe, ax, r = cfg["out_edges"], cfg["nax"], comm.rank
+    o_lo, o_hi = oe[r], oe[r + 1]
+    xp = namespace(x)
+    sends = {}
+    if o_lo > lo:
+        sends[r - 1] = xp.ascontiguousarray(x[_along(ax, x.ndim, 0, o_lo - lo)])
+    if o_hi < hi:
+        sends[r + 1] = xp.ascontiguousarray(x[_along(ax, x.ndim, o_hi - lo, hi - lo)])
+    recv = ([r - 1] if o_lo < lo else []) + ([r + 1] if o_hi > hi else [])
+    got = comm.neighbor_exchange(sends, recv_from=recv)
+    if room is not None:   # the (V, w) gtsv buffer: x is its columns pre..pre + m, rows lo - pre..
+        buf, pre = room
+        if o_lo < lo:
+            buf[:, :pre] = got[r - 1]
+        if o_hi > hi:
+            buf[:, pre + hi - lo:] = got[r + 1]
+        return buf[:, o_lo - lo + pre:o_hi - lo + pre]
+    own = x[_along(ax, x.ndim, max(o_lo - lo, 0), min(o_hi, hi) - lo)]
+    if not recv:
+        return own
+    return xp.concatenate(([got[r - 1]] if o_lo < lo else []) + [own] + ([got[r + 1]] if o_hi > hi else []),
+                          axis=ax)
+
+
+def _gtsv_groups(raw: list, cfg: dict) -> list | None:
+    """The gtsv fused pass's kernel calls on the blocks as they lie: ``[(v0, inputs)]``, each input up to
+    two ``(first row, block)`` pieces of the same systems ``v0..``; None when the blocks do not fit that
+    (then they are copied into one block per input).  Along the line a rank's input is a chunk plus at most
+    the few columns of its neighbour that the rank reaches into; along the batch, one call per chunk of
+    systems when all four inputs are chunked alike."""
+    if cfg["split"] == "batch":
+        sizes = [[int(p.shape[0]) for _, p in pieces] for pieces in raw]
+        if any(sz != sizes[-1] for sz in sizes):
+            return None
+        v0s = np.concatenate([[0], np.cumsum(sizes[-1])[:-1]]).astype(np.int64)
+        return [(int(v0s[c]), [[pieces[c]] for pieces in raw]) for c in range(len(sizes[-1]))]
+    if any(len(pieces) > 2 for pieces in raw):
+        return None
+    return [(0, [sorted(pieces, key=lambda q: q[0]) for pieces in raw])]
 
 
 def _along(ax: int, ndim: int, i0: int, i1: int) -> tuple:
@@ -234,13 +300,14 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
 
 
 def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict, m: int,
-                 gtsv: bool = False) -> tuple[Any, dict]:
+                 gtsv: tuple | None = None) -> tuple[Any, dict]:
     """One pass over the inputs, then one exchange with each neighbour: ``(x, info)``, or ``(None, info)``
     on every rank when the neighbours' influence does not decay within the halo or something is
     non-finite: the two-pass path then solves (and reports bad input).  ``info["halo_probed"]`` is the
     probe's verdict when this solve ran it (the client caches it per matrix).  ``arrays``: line-major
-    ``(dl, d, du, b)``, or with ``gtsv`` each input's ``(block, first row, fill)`` in the (batch, m) layout,
-    solved in cached panels of systems (``x`` then comes back as ``(V, m)``)."""
+    ``(dl, d, du, b)``, or with ``gtsv`` the (batch, m) blocks as :func:`_gtsv_groups` lists them, solved
+    in cached panels of systems (``x`` then comes back as ``(V, m)``: columns ``pre..pre + m`` of the
+    ``gtsv = (buf, pre)`` buffer)."""
     t = time.perf_counter()
     starts, lens = blocks
     V = cfg["V"]
@@ -250,8 +317,10 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
         # when the line is split, every rank's systems (the worst of them) when each holds whole lines
         def probe() -> int | None:
             upto = min(_PROBE_ROWS[1], int(lens[0]))
-            if gtsv:
-                co = [_to_line_major(*arrays[k], upto, cfg, rhs=False) for k in range(3)]
+            if gtsv:  # the first rows of every group's systems, line-major (a small copy)
+                heads = [[(r0, p[:, :upto - r0]) for _, ins in arrays for r0, p in ins[k] if r0 < upto]
+                         for k in range(3)]
+                co = [_to_line_major(*_assemble(h, upto, cfg), upto, cfg, rhs=False) for h in heads]
             else:
                 co = [a[:upto] for a in arrays[:3]]
             return _fused_halo(*co, int(lens[0]), cfg["local"])
@@ -270,18 +339,25 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
         return None, probed
     t = time.perf_counter()
     local = cfg["local"]
-    xp = namespace(arrays[1][0] if gtsv else arrays[1])
+    xp = np if gtsv else namespace(arrays[1])
     VS, WS, edge = xp.zeros((H, V)), xp.zeros((H, V)), xp.zeros((4, V))
     chk, tau = xp.zeros(1), xp.zeros(3)
     if gtsv:
-        x = empty((V, m))
-        r0 = np.array([r for _, r, _ in arrays], np.int64)
-        fill = np.zeros((4, V))
-        for k, (_, _, fv) in enumerate(arrays):
-            if fv is not None:
-                fill[k] = fv
-        cpu.fused_batch_kernel(*_c(*[a for a, _, _ in arrays]), r0, fill, *_i(starts, lens), x, VS, WS, edge,
-                               chk, tau, min(V, _BATCH_PANEL), _FUSED_WINDOW, H)
+        buf, pre = gtsv
+        x = buf[:, pre:pre + m]
+        for v0, ins in arrays:
+            blocks, r0 = [], []
+            for pieces in ins:
+                (ra, a), (rb, b2) = pieces[0], pieces[1] if len(pieces) > 1 else (0, np.empty((1, 0)))
+                blocks += _c(a, b2)
+                r0 += [ra, rb]
+            vn = int(ins[-1][0][1].shape[0])
+            whole = vn == V
+            vs_, ws_, ed_ = (VS, WS, edge) if whole else (np.zeros((H, vn)), np.zeros((H, vn)), np.zeros((4, vn)))
+            cpu.fused_batch_kernel(*blocks, np.array(r0, np.int64), *_i(starts, lens), x[v0:v0 + vn], vs_, ws_,
+                                   ed_, chk, tau, min(vn, _BATCH_PANEL), _FUSED_WINDOW, H)
+            if not whole:
+                VS[:, v0:v0 + vn], WS[:, v0:v0 + vn], edge[:, v0:v0 + vn] = vs_, ws_, ed_
         xcol = x
     else:
         dl, d, du, b = arrays
