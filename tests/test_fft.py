@@ -86,14 +86,19 @@ def test_pipelined_transpose_with_recycled_buffers(clients, n_workers):
     # pieces of about 1-2 MiB
     xd = distributed_random((67, 129, 130), client, seed=17)
     x = xd.compute()
-    F = wb.fftn(xd, client=client)
-    assert F.stats["bytes_moved"] > 0 and not F.stats["input_redistributed"]
+    F = wb.fftn(xd, overlap=True, client=client)
+    assert F.stats["bytes_moved"] > 0 and not F.stats["input_redistributed"] and F.stats["overlap"]
     validate_fft(F, x, "fwd")
     back = wb.ifftn(F, client=client)
     np.testing.assert_allclose(np.asarray(back), x, rtol=0, atol=1e-12 * np.abs(x).max())
-    # the same without the sender thread (sends inline, buffers recycled right after each send)
+    # the same without the sender thread (sends inline, buffers recycled right after each send):
+    # the default on CPU workers, where a sender thread only competes with the FFTs for the cores
     small = x[:, :40]
-    validate_fft(wb.fftn(small, overlap=False, client=client), small, "fwd")
+    F = wb.fftn(small, client=client)
+    assert F.stats["overlap"] is False
+    validate_fft(F, small, "fwd")
+    with pytest.raises(TypeError, match="overlap"):
+        wb.fftn(small, overlap="yes", client=client)
 
 
 def _set_engine(name):
