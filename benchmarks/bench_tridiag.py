@@ -76,7 +76,10 @@ def readme_system(n: int, batch: int | None, client: Any, *, seed: int = 1, alon
     b = rng.random(shape, chunks=chunks)
     out = [dl, d, du, b]
     if axis == 0 and batch is not None:
-        out = [a.T.rechunk((ch_n, batch) if along == "n" else (n, -(-batch // P))) for a in out]
+        # line-major data as a user holds it: C-ordered (n, batch) chunks (a bare .T would leave each chunk a
+        # transposed view, i.e. the gtsv layout's memory under a line-major shape)
+        out = [a.T.rechunk((ch_n, batch) if along == "n" else (n, -(-batch // P))).map_blocks(np.ascontiguousarray)
+               for a in out]
     out = client.persist(out)
     wait(out)
     return tuple(out)
