@@ -526,6 +526,14 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
                                                  axis=-2, periodic=periodic, client=client), True),
         "dask axis=0 along batch": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(-1, 16)] * 4), axis=0,
                                                      periodic=periodic, client=client), True),
+        # C-ordered line-major chunks whose edges miss the ranks': a rank inside one chunk reads it in place
+        "dask axis=0 C-ordered along n, ragged": (
+            wb.tridiag_solve(*dk([np.ascontiguousarray(a.T) for a in (dl, d, du, b)], [(377, V)] * 4), axis=0,
+                             periodic=periodic, client=client), True),
+        "dask axis=0 C-ordered, a chunk starting before a rank": (
+            wb.tridiag_solve(*dk([np.ascontiguousarray(a.T) for a in (dl, d, du, b)],
+                                 [((740, mo - 740), (V,)), ((740, n - 740), (V,))] * 2), axis=0,
+                             periodic=periodic, client=client), True),
     }
     first = None
     for name, (x, transposed) in cases.items():
