@@ -30,6 +30,7 @@ offset of one pooled buffer).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import pickle
@@ -230,6 +231,14 @@ _OUT_LOCK = threading.Lock()
 _DEAD: set[str] = set()  # addresses that refused or broke: their messages take the rpc path
 
 
+@atexit.register
+def _close_lanes() -> None:
+    with _OUT_LOCK:
+        for sock, _ in _OUT.values():
+            sock.close()
+        _OUT.clear()
+
+
 def listen(on_message: Callable[[tuple], None]) -> str | None:
     """Start this process's lane once; its address (None when the lane is off or cannot bind)."""
     global _LISTENER
@@ -251,7 +260,11 @@ def _connection(address: str, timeout: float) -> tuple[socket.socket, threading.
             return got
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
-    sock.connect(address)
+    try:
+        sock.connect(address)
+    except OSError:
+        sock.close()
+        raise
     with _OUT_LOCK:
         got = _OUT.setdefault(address, (sock, threading.Lock()))
     if got[0] is not sock:
