@@ -231,3 +231,33 @@ def test_parcel_roundtrip_in_process():
     np.testing.assert_array_equal(back["x"], obj["x"])
     assert back["y"][1] == "tag" and back["x"].flags.writeable
     assert comms._Parcel.pack({"tiny": np.ones(4)}, "k2", "tcp://nowhere:1", 1) is None
+
+
+def test_lane_survives_an_undecodable_message():
+    """A frame that does not unpickle on the receiving side is dropped; the connection keeps delivering."""
+    from workbench import _samehost
+
+    if _samehost.host_key() is None:
+        pytest.skip("no same-host lane on this platform")
+    got, arrived = [], threading.Event()
+
+    def on_message(msg):
+        got.append(msg)
+        arrived.set()
+
+    address = _samehost._Listener(on_message).address
+    assert _samehost.send(address, ("deliver", _Unpicklable()), 5.0)
+    assert _samehost.send(address, ("deliver", "after"), 5.0)
+    assert arrived.wait(5.0)
+    assert got == [("deliver", "after")]
+
+
+class _Unpicklable:
+    """Pickles on the way out, raises on the way in."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise RuntimeError("cannot be built here")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import logging
 import os
 import pickle
 import socket
@@ -47,6 +48,8 @@ import numpy as np
 from .backend import empty
 
 _CMA_ON = os.environ.get("WORKBENCH_COMMS_CMA", "1") != "0"
+_log = logging.getLogger("workbench.comms")
+
 ENABLED = os.environ.get("WORKBENCH_COMMS_LANE", "1") != "0" and sys.platform.startswith("linux")
 
 _HEAD = struct.Struct("<IIQ")
@@ -190,7 +193,16 @@ class _Listener:
                     msg = _read_frame(conn)
                 except (OSError, EOFError):
                     return  # the peer closed (or died): nothing half-read is delivered
-                self.on_message(msg)
+                except _Undecodable:  # a frame read whole that does not unpickle here: drop it, keep reading
+                    _log.exception("workbench comms lane: dropped a message that could not be decoded")
+                    continue
+                except Exception:  # mid-frame (e.g. out of memory): the stream is lost; the sender falls back
+                    _log.exception("workbench comms lane: closing a connection after a failed read")
+                    return
+                try:
+                    self.on_message(msg)
+                except Exception:  # never let one message stop the connection's reader
+                    _log.exception("workbench comms lane: delivering a message failed")
 
 
 def _recv_exact(conn: socket.socket, view: memoryview) -> None:
@@ -221,7 +233,14 @@ def _read_frame(conn: socket.socket) -> Any:
         for off, n in zip(offs, sizes, strict=True):
             _recv_exact(conn, memoryview(dest[off:off + n]))
             buffers.append(dest[off:off + n])
-    return pickle.loads(body, buffers=buffers)
+    try:
+        return pickle.loads(body, buffers=buffers)
+    except Exception as e:
+        raise _Undecodable(str(e)) from e
+
+
+class _Undecodable(Exception):
+    """A whole frame whose payload does not unpickle in this process."""
 
 
 _LISTENER: _Listener | None = None
