@@ -999,6 +999,8 @@ def wait_group(futures: _SPMDFutures, poll: float = 0.5) -> None:
     while why is None and isinstance(cause.exception(), CommsError) and time.monotonic() < deadline:
         if pending:
             pending = _still_pending(pending, 0.5, "ALL_COMPLETED")
+            if not pending:  # every rank has ended: the short look a finished group gets, not the 10 s
+                deadline = min(deadline, time.monotonic() + 2.0)
         else:
             time.sleep(0.25)
         cause, why = cause_of([f for f in futures if f.status == "error"]), _loss(futures)
