@@ -197,7 +197,8 @@ def test_small_messages_take_the_lane(client4):
             assert out["lane"] == out["sent"] - 2  # the two _Opaque messages went by rpc
 
 
-def test_lane_roundtrip_and_refusal():
+def _private_lane():
+    """A lane listener of this test's own (comms' lane keeps its handler): (address, messages, arrival event)."""
     from workbench import _samehost
 
     if _samehost.host_key() is None:
@@ -208,7 +209,13 @@ def test_lane_roundtrip_and_refusal():
         got.append(msg)
         arrived.set()
 
-    address = _samehost._Listener(on_message).address  # a private one: comms' own lane keeps its handler
+    return _samehost._Listener(on_message).address, got, arrived
+
+
+def test_lane_roundtrip_and_refusal():
+    from workbench import _samehost
+
+    address, got, arrived = _private_lane()
     big = np.arange(50_000, dtype=np.float64).reshape(250, 200)
     msg = ("deliver", "g", 0, 1, ("c", "", "ag", 1, None), {"big": big, "strided": big[:, ::2], "s": "x"})
     assert _samehost.send(address, msg, 5.0)
@@ -237,15 +244,7 @@ def test_lane_survives_an_undecodable_message():
     """A frame that does not unpickle on the receiving side is dropped; the connection keeps delivering."""
     from workbench import _samehost
 
-    if _samehost.host_key() is None:
-        pytest.skip("no same-host lane on this platform")
-    got, arrived = [], threading.Event()
-
-    def on_message(msg):
-        got.append(msg)
-        arrived.set()
-
-    address = _samehost._Listener(on_message).address
+    address, got, arrived = _private_lane()
     assert _samehost.send(address, ("deliver", _Unpicklable()), 5.0)
     assert _samehost.send(address, ("deliver", "after"), 5.0)
     assert arrived.wait(5.0)

@@ -82,17 +82,21 @@ _PROBE = np.array([0x5742_434D_4150_524F], dtype=np.uint64)  # what a peer reads
 _PULL_OK: set[int] = set()           # pids this process has read from
 
 
-def _host_identity() -> tuple | None:
-    """(host, pid namespace, pid, probe address), or None without CMA."""
-    if _READV is None:
-        return None
+def _namespace_key(ns: str) -> str | None:
+    """``host|boot|namespace inode`` for the Linux namespace ``ns`` ("pid", "net"), or None where unreadable."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-        pidns = os.stat("/proc/self/ns/pid").st_ino
+        inode = os.stat(f"/proc/self/ns/{ns}").st_ino
     except OSError:
         return None
-    return (f"{socket.gethostname()}|{boot}|{pidns}", os.getpid(), int(_PROBE.ctypes.data))
+    return f"{socket.gethostname()}|{boot}|{inode}"
+
+
+def _host_identity() -> tuple | None:
+    """(host, pid namespace, pid, probe address), or None without CMA."""
+    key = _namespace_key("pid") if _READV is not None else None
+    return None if key is None else (key, os.getpid(), int(_PROBE.ctypes.data))
 
 
 def _read_remote(pid: int, spans: Sequence[tuple[int, int]], dest: np.ndarray, offsets: Sequence[int]) -> None:
@@ -156,15 +160,7 @@ def _offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
 
 def host_key() -> str | None:
     """Processes with equal keys can reach each other's abstract sockets (same host, boot and network namespace)."""
-    if not ENABLED:
-        return None
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        netns = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        return None
-    return f"{socket.gethostname()}|{boot}|{netns}"
+    return _namespace_key("net") if ENABLED else None
 
 
 class _Listener:
