@@ -55,6 +55,7 @@ ENABLED = os.environ.get("WORKBENCH_COMMS_LANE", "1") != "0" and sys.platform.st
 _HEAD = struct.Struct("<IIQ")
 _ALIGN = 64
 _SMALL = 1 << 16  # frames below this are joined into one write
+_IN_BAND = 1 << 14  # buffers below this are pickled in band
 
 
 # ---- cross-memory attach: the receiver copies out of the sender's memory -----
@@ -184,9 +185,10 @@ class _Listener:
 
     def _read(self, conn: socket.socket) -> None:
         with conn:
+            reader = _FrameReader(conn)
             while True:
                 try:
-                    msg = _read_frame(conn)
+                    msg = reader.frame()
                 except (OSError, EOFError):
                     return  # the peer closed (or died): nothing half-read is delivered
                 except _Undecodable:  # a frame read whole that does not unpickle here: drop it, keep reading
@@ -211,28 +213,61 @@ def _recv_exact(conn: socket.socket, view: memoryview) -> None:
         got += k
 
 
-def _read_frame(conn: socket.socket) -> Any:
-    head = bytearray(_HEAD.size)
-    _recv_exact(conn, memoryview(head))
-    n_head, n_bufs, _ = _HEAD.unpack(head)
-    sizes: list[int] = []
-    if n_bufs:
-        raw = bytearray(8 * n_bufs)
-        _recv_exact(conn, memoryview(raw))
-        sizes = list(struct.unpack(f"<{n_bufs}Q", raw))
-    body = bytearray(n_head)
-    _recv_exact(conn, memoryview(body))
-    buffers = []
-    if sizes:
-        offs, end = _offsets(sizes)
-        dest = empty(end, np.uint8)  # pooled: no fresh pages per message
-        for off, n in zip(offs, sizes, strict=True):
-            _recv_exact(conn, memoryview(dest[off:off + n]))
-            buffers.append(dest[off:off + n])
-    try:
-        return pickle.loads(body, buffers=buffers)
-    except Exception as e:
-        raise _Undecodable(str(e)) from e
+class _FrameReader:
+    """Frames off one connection in as few ``recv`` calls as the data allows: whatever has arrived is read
+    into one buffer and frames are cut from it, so a small message costs one call.  Every call releases the
+    GIL, and a rank thread woken by the previous message takes it: each extra call cost ~40 us of latency
+    here (a 2-worker ping-pong of one float: 330 us with four calls per frame)."""
+
+    def __init__(self, conn: socket.socket, size: int = 1 << 18) -> None:
+        self.conn = conn
+        self.buf = memoryview(bytearray(size))
+        self.lo = self.hi = 0
+
+    def _have(self, n: int) -> memoryview:
+        """The next ``n`` bytes (``n`` at most the buffer's size), valid until the next read."""
+        if self.lo + n > len(self.buf):  # move what is left to the front
+            k = self.hi - self.lo
+            self.buf[:k] = self.buf[self.lo:self.hi]
+            self.lo, self.hi = 0, k
+        while self.hi - self.lo < n:
+            k = self.conn.recv_into(self.buf[self.hi:])
+            if k == 0:
+                raise EOFError("lane closed mid-frame")
+            self.hi += k
+        out = self.buf[self.lo:self.lo + n]
+        self.lo += n
+        return out
+
+    def read_into(self, dest: memoryview) -> None:
+        """Fill ``dest`` (any size): what is buffered first, the rest straight from the socket."""
+        k = min(len(dest), self.hi - self.lo)
+        dest[:k] = self.buf[self.lo:self.lo + k]
+        self.lo += k
+        if k < len(dest):
+            _recv_exact(self.conn, dest[k:])
+
+    def frame(self) -> Any:
+        n_head, n_bufs, _ = _HEAD.unpack(self._have(_HEAD.size))
+        sizes = list(struct.unpack(f"<{n_bufs}Q", self._have(8 * n_bufs))) if n_bufs else []
+        if n_head <= len(self.buf):
+            body: Any = self._have(n_head)
+        else:
+            body = bytearray(n_head)
+            self.read_into(memoryview(body))
+        buffers = []
+        if sizes:
+            # the head may lie in the read buffer, which the buffers' reads overwrite: keep a copy
+            body = bytes(body) if isinstance(body, memoryview) else body
+            offs, end = _offsets(sizes)
+            dest = empty(end, np.uint8)  # pooled: no fresh pages per message
+            for off, n in zip(offs, sizes, strict=True):
+                self.read_into(memoryview(dest[off:off + n]))
+                buffers.append(dest[off:off + n])
+        try:
+            return pickle.loads(body, buffers=buffers)
+        except Exception as e:
+            raise _Undecodable(str(e)) from e
 
 
 class _Undecodable(Exception):
@@ -297,11 +332,20 @@ def send(address: str, msg: Any, timeout: float) -> bool:
     if address in _DEAD:
         return False
     buffers: list[pickle.PickleBuffer] = []
-    head = pickle.dumps(msg, protocol=5, buffer_callback=buffers.append)
-    try:
-        raws = [b.raw() for b in buffers]
-    except BufferError:  # a non-contiguous buffer: pickle it in band
-        head, raws = pickle.dumps(msg, protocol=5), []
+
+    def out_of_band(b: pickle.PickleBuffer) -> bool:
+        # small buffers ride in the pickle (no pooled buffer and no extra read on the receiver), as do
+        # non-contiguous ones; True keeps a buffer in band
+        try:
+            if b.raw().nbytes < _IN_BAND:
+                return True
+        except BufferError:
+            return True
+        buffers.append(b)
+        return False
+
+    head = pickle.dumps(msg, protocol=5, buffer_callback=out_of_band)
+    raws = [b.raw() for b in buffers]
     frame = _HEAD.pack(len(head), len(raws), 0) + struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)) + head
     try:
         sock, lock = _connection(address, timeout)
