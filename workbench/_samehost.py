@@ -15,12 +15,13 @@ what kept two-worker BFS below one worker's speed per edge.
 
 Here each process listens on one Unix socket in the abstract namespace; a rank
 thread connects once per peer process and writes each message itself (pickle
-protocol 5, buffers out of band, one frame), and one reader thread per
-incoming connection reads frames and drops them into the mailbox.  No event
-loop on either side: a message costs tens of microseconds.  Used between
-processes that share a host and network namespace, for host payloads only
-(device payloads keep distributed's CUDA serialisers); any failure to connect
-or write falls back to the ``rpc`` path.  ``WORKBENCH_COMMS_LANE=0`` turns it
+protocol 5, buffers of 16 KiB and more out of band, one frame), and one reader
+thread per incoming connection reads frames (in as few ``recv`` calls as the
+data allows) and drops them into the mailbox.  No event loop on either side: a
+message costs tens of microseconds.  Used between processes that share a host
+and network namespace, for host payloads only (device payloads keep
+distributed's CUDA serialisers); any failure to connect or write falls back to
+the ``rpc`` path.  ``WORKBENCH_COMMS_LANE=0`` turns it
 off.
 
 Frame: ``<IIQ`` (head length, buffer count, 0) then one ``<Q`` length per
