@@ -144,6 +144,15 @@ def test_gpu_sim_cluster_runs_device_kernels_in_the_simulator(clients):
     assert kind == "cpu" and not sim
 
 
+def test_gpu_sim_cluster_ignores_another_clusters_values_in_the_environment(monkeypatch):
+    # what a CPU cluster's nanny leaves in the client's os.environ when it restarts a lost worker
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+    monkeypatch.setenv(backend.ENV_DEVICE, "cpu")
+    with wb.cluster("gpu-sim", n_workers=1, quiet=True) as client:
+        kind, sim, _ = next(iter(client.run(_axpy_on_worker, 4).values()))
+    assert (kind, sim) == ("gpu-sim", True)
+
+
 def test_gpu_sim_needs_one_thread_per_worker():
     with pytest.raises(ValueError, match="threads_per_worker=1"):
         wb.cluster("gpu-sim", n_workers=1, threads_per_worker=2)

@@ -31,6 +31,8 @@ N_WORKERS = 3
 @pytest.fixture(scope="module")
 def client():
     import dask
+    import distributed  # noqa: F401  (its defaults must be in dask's config before the set below records
+    # the keys it adds: leaving the block would otherwise drop the whole "distributed" section)
 
     # LocalCluster closes a nanny whose worker is not back within this time (15 s by default);
     # a loaded CI machine can take longer to restart one, and the cluster would then shrink

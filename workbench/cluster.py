@@ -62,9 +62,14 @@ def _worker_environ(kind: str) -> Iterator[None]:
     import dask
 
     env = {_backend.ENV_DEVICE: kind, "NUMBA_ENABLE_CUDASIM": "1" if kind == "gpu-sim" else "0"}
+    config: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in env.items()}
     saved = {k: os.environ.get(k) for k in env}
+    # a nanny prefers os.environ to its config, and another cluster's nanny restarting a lost worker leaves
+    # its own values there (a gpu-sim cluster started after a CPU worker was killed came up on the CPU path)
+    for k in env:
+        os.environ.pop(k, None)
     try:
-        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in env.items()}):
+        with dask.config.set(config):
             yield
     finally:
         for k, v in saved.items():
