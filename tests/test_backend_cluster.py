@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import dask
 import numpy as np
 import pytest
 
@@ -57,6 +58,8 @@ def test_cluster_start_connect_and_clean_shutdown():
         assert len(worker_addresses(client)) == 2
         assert client.dashboard_link.startswith("http")
         assert client.submit(lambda x: x + 1, 1).result() == 2
+        # workers sample their stacks every 100 ms, not dask's 10 ms (which slowed the SPMD kernels)
+        assert set(client.run(dask.config.get, "distributed.worker.profile.interval").values()) == {"100ms"}
         lc = client.cluster
     assert client.status == "closed"
     assert lc.status.name == "closed"
@@ -161,9 +164,12 @@ def test_gpu_sim_needs_one_thread_per_worker():
 def test_cluster_start_lives_until_close():
     cm = wb.cluster("cpu", n_workers=1, quiet=True)
     assert "not started" in repr(cm)
-    client = cm.start()
+    with dask.config.set({"distributed.worker.profile.interval": "20ms"}):
+        client = cm.start()
     assert cm.start() is client                    # idempotent
     assert client.submit(lambda: 41 + 1).result() == 42
+    # a profile interval the user chose reaches the workers unchanged
+    assert list(client.run(dask.config.get, "distributed.worker.profile.interval").values()) == ["20ms"]
     cm.close()
     assert client.status == "closed"
     cm.close()                                      # idempotent
