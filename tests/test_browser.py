@@ -167,6 +167,7 @@ def test_notebook_runs_from_the_jupyterlab_ui(lab, browser):
     sessions = _get_json(f"{base}/api/sessions?token={token}")
     [session] = [s for s in sessions if s["path"].endswith(NOTEBOOK)]
     assert session["kernel"]["name"] == "workbench"
+
     def saved_with_outputs():
         # read from disk, not through the contents API: a GET that lands while the server writes the file finds
         # it half-written and "recovers" it from the save's backup, which the save then removes -- the notebook
@@ -175,12 +176,12 @@ def test_notebook_runs_from_the_jupyterlab_ui(lab, browser):
             nb = json.loads((lab["root"] / "notebooks" / NOTEBOOK).read_text())
         except (OSError, ValueError):   # not there yet, or caught mid-write
             return None
-        return {"content": nb} if any(c.get("outputs") for c in nb["cells"]) else None
+        return nb if any(c.get("outputs") for c in nb["cells"]) else None
 
     _menu(browser, "File", "Save Notebook")
     saved = _wait("the notebook to be saved with outputs", saved_with_outputs, 60)
-    cells = saved["content"]["cells"]
-    assert saved["content"]["metadata"]["kernelspec"]["name"] == "workbench"
+    cells = saved["cells"]
+    assert saved["metadata"]["kernelspec"]["name"] == "workbench"
     errors = [o for c in cells for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors, errors
     assert all(c.get("execution_count") for c in cells if c["cell_type"] == "code")
