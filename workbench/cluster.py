@@ -21,6 +21,10 @@ from . import backend as _backend
 __all__ = ["Cluster", "cluster", "backend_of", "default_client", "worker_addresses", "client_hooks"]
 
 _BACKENDS = ("cpu", "gpu", "gpu-sim", "auto")
+#: glibc's trim threshold as the user's shell set it (None: not set), read before any nanny writes dask's value
+#: into this process's environment
+_USER_TRIM = os.environ.get("MALLOC_TRIM_THRESHOLD_")
+_DASK_TRIM = 65536  # distributed's default for distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_
 
 
 def _validate(backend: str, n_workers: int | None, threads_per_worker: int, address, scheduler_file):
@@ -58,7 +62,8 @@ def _worker_environ(kind: str) -> Iterator[None]:
     ``__main__``, too late for numba, which reads ``NUMBA_ENABLE_CUDASIM`` once
     at import).  The nanny applies it to this process's ``os.environ`` too, so
     the client's environment is restored afterwards.  The workers' stack sampler
-    runs every 100 ms rather than dask's 10 ms (unless the user chose a value).
+    runs every 100 ms rather than dask's 10 ms, and glibc's malloc keeps its
+    defaults (dask sets ``MALLOC_TRIM_THRESHOLD_``), unless the user chose values.
     """
     import dask
 
@@ -69,10 +74,18 @@ def _worker_environ(kind: str) -> Iterator[None]:
         # thread mid-level: 2-worker BFS at SCALE 20 ran ~15% slower per search (strong-scaling efficiency
         # 0.56 against 0.65 at 100 ms and 0.64 off, same run); the dashboard's Profile page keeps working
         config["distributed.worker.profile.interval"] = "100ms"
-    saved = {k: os.environ.get(k) for k in env}
+    trim = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+    # Setting any of glibc's malloc variables turns off its adaptive mmap threshold: every buffer of 128 KiB
+    # or more is then a fresh mmap, faulted in page by page and unmapped on free.  With dask's value the
+    # kernels' temporaries paid that on every call (kNN, BFS and coloring ran ~1.3x slower, interleaved A/B),
+    # so the workers allocate as the client does, unless the user chose a value (shell or dask config).
+    unset = [] if _USER_TRIM is not None else ["MALLOC_TRIM_THRESHOLD_"]  # a nanny's value left in os.environ
+    if _USER_TRIM is None and dask.config.get(trim, None) == _DASK_TRIM:
+        config[trim] = None
+    saved = {k: os.environ.get(k) for k in (*env, *unset)}
     # a nanny prefers os.environ to its config, and another cluster's nanny restarting a lost worker leaves
     # its own values there (a gpu-sim cluster started after a CPU worker was killed came up on the CPU path)
-    for k in env:
+    for k in (*env, *unset):
         os.environ.pop(k, None)
     try:
         with dask.config.set(config):
