@@ -15,6 +15,11 @@ from workbench import backend
 from workbench.cluster import worker_addresses
 
 
+def _environ(name: str) -> str | None:
+    # a worker's variable (``os.environ.get`` itself would pickle the caller's environment along)
+    return os.environ.get(name)
+
+
 def test_import_does_not_pull_gpu_stack():
     code = ("import sys, workbench, workbench.kernels; "
             "bad = [m for m in ('cupy', 'cudf', 'cugraph', 'dask_cuda') if m in sys.modules]; "
@@ -63,7 +68,7 @@ def test_cluster_start_connect_and_clean_shutdown():
         assert set(client.run(dask.config.get, "distributed.worker.profile.interval").values()) == {"100ms"}
         # and allocate with glibc's defaults: dask's MALLOC_TRIM_THRESHOLD_ turned off its adaptive mmap
         # threshold (every temporary a fresh mmap; kNN, BFS and coloring ran ~1.3x slower in workers)
-        assert set(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()) == {None}
+        assert set(client.run(_environ, "MALLOC_TRIM_THRESHOLD_").values()) == {None}
         lc = client.cluster
     assert client.status == "closed"
     assert lc.status.name == "closed"
@@ -175,7 +180,7 @@ def test_cluster_start_lives_until_close():
     assert client.submit(lambda: 41 + 1).result() == 42
     # a profile interval the user chose reaches the workers unchanged
     assert list(client.run(dask.config.get, "distributed.worker.profile.interval").values()) == ["20ms"]
-    assert list(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()) == ["131072"]
+    assert list(client.run(_environ, "MALLOC_TRIM_THRESHOLD_").values()) == ["131072"]
     cm.close()
     assert client.status == "closed"
     cm.close()                                      # idempotent
