@@ -55,7 +55,7 @@ def _require_simulator() -> None:
 
 @contextlib.contextmanager
 def _worker_environ(kind: str) -> Iterator[None]:
-    """Set the variables that fix a worker's path before its process starts, and the workers' profiler.
+    """Set the variables that fix a worker's path before its process starts, its profiler and its allocator.
 
     ``distributed.nanny.pre-spawn-environ`` is applied before the worker process
     is spawned (a Nanny's ``env=`` arrives after the child has re-imported
@@ -79,13 +79,15 @@ def _worker_environ(kind: str) -> Iterator[None]:
     # or more is then a fresh mmap, faulted in page by page and unmapped on free.  With dask's value the
     # kernels' temporaries paid that on every call (kNN, BFS and coloring ran ~1.3x slower, interleaved A/B),
     # so the workers allocate as the client does, unless the user chose a value (shell or dask config).
-    unset = [] if _USER_TRIM is not None else ["MALLOC_TRIM_THRESHOLD_"]  # a nanny's value left in os.environ
-    if _USER_TRIM is None and dask.config.get(trim, None) == _DASK_TRIM:
-        config[trim] = None
-    saved = {k: os.environ.get(k) for k in (*env, *unset)}
+    cleared = list(env)
+    if _USER_TRIM is None:
+        cleared.append("MALLOC_TRIM_THRESHOLD_")  # an earlier nanny's value, not the user's
+        if dask.config.get(trim, None) == _DASK_TRIM:
+            config[trim] = None
+    saved = {k: os.environ.get(k) for k in cleared}
     # a nanny prefers os.environ to its config, and another cluster's nanny restarting a lost worker leaves
     # its own values there (a gpu-sim cluster started after a CPU worker was killed came up on the CPU path)
-    for k in (*env, *unset):
+    for k in cleared:
         os.environ.pop(k, None)
     try:
         with dask.config.set(config):
