@@ -108,11 +108,18 @@ def kill_in_group(client: Any, group: str, address: str, *, delay: float = 0.0,
     True
     """
     pattern = rf"spmd-{re.escape(group)}(-[\w.]+)*-[0-9a-f]{{12}}-\d+$"
-    pid = client.run(_arm, pattern, float(delay), float(timeout), workers=[address])[address]
-    return KillSwitch(address, int(pid), group)
+    switch = KillSwitch(address, int(worker_pids(client)[address]), group)
+    try:
+        client.run(_arm, pattern, float(delay), float(timeout), workers=[address])
+    except Exception:
+        # a group already running there is killed within a millisecond, often before the worker answers
+        # the arming call: that is the kill landing, not a failure to arm
+        if not switch.wait(5.0):
+            raise
+    return switch
 
 
-def _arm(pattern: str, delay: float, timeout: float, dask_worker: Any = None) -> int:
+def _arm(pattern: str, delay: float, timeout: float, dask_worker: Any = None) -> None:
     """Runs on the worker: a thread that kills this process inside the first matching rank."""
     match = re.compile(pattern).match
 
@@ -129,4 +136,3 @@ def _arm(pattern: str, delay: float, timeout: float, dask_worker: Any = None) ->
             time.sleep(0.001)
 
     threading.Thread(target=watch, daemon=True, name="wb-kill-switch").start()
-    return os.getpid()
