@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import dask
 import numpy as np
@@ -12,12 +13,23 @@ import pytest
 
 import workbench as wb
 from workbench import backend
-from workbench.cluster import worker_addresses
+from workbench.cluster import _core_sets, worker_addresses, worker_cores
 
 
 def _environ(name: str) -> str | None:
     # a worker's variable (``os.environ.get`` itself would pickle the caller's environment along)
     return os.environ.get(name)
+
+
+def _thread_cores(dask_worker=None) -> tuple:
+    """(worker name, the distinct core sets of all its process's threads)."""
+    cores = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            cores.add(tuple(sorted(os.sched_getaffinity(int(tid)))))
+        except OSError:
+            pass
+    return dask_worker.name, sorted(cores)
 
 
 def test_import_does_not_pull_gpu_stack():
@@ -55,6 +67,58 @@ def test_cluster_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         with wb.cluster(**kw):
             pass
+
+
+@pytest.mark.parametrize("cores, n, threads, pin, want", [
+    ({0, 1}, 2, 1, None, [[0], [1]]),
+    ({0, 1}, 1, 1, None, None),              # one worker: nothing to keep apart
+    ({0, 1}, 1, 1, True, [[0, 1]]),
+    ({0, 1}, 3, 1, None, None),              # more workers than cores: bound, they could not share fairly
+    ({0, 1}, 2, 2, None, None),
+    ({0, 1}, 2, 1, False, None),
+    ({2, 3, 5, 7}, 3, 1, None, [[2, 3], [5], [7]]),  # the cores this process may use, in contiguous shares
+    ({0, 1, 2, 3}, 2, 2, None, [[0, 1], [2, 3]]),
+])
+def test_core_shares(monkeypatch, cores, n, threads, pin, want):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(cores), raising=False)
+    assert _core_sets(n, threads, pin) == want
+
+
+def test_core_binding_bad_arguments(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    with pytest.raises(ValueError, match="pin=True needs n_workers"):
+        _core_sets(3, 1, True)
+    with pytest.raises(TypeError, match="pin must be"):
+        wb.cluster(pin="yes")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="core binding is Linux-only")
+def test_workers_bound_to_their_cores_and_a_restarted_worker_too():
+    sets = _core_sets(2, 1, None)
+    if sets is None:
+        pytest.skip("fewer than two cores: the workers stay unbound")
+    from workbench import faults
+
+    def check(client):
+        by_name = dict(client.run(_thread_cores).values())
+        # every thread of worker i, those its first SPMD group started included, on share i only
+        assert by_name == {i: [tuple(sets[i])] for i in range(2)}
+        assert sorted(worker_cores(client).values()) == sets
+
+    with wb.cluster("cpu", n_workers=2, quiet=True) as client:
+        assert wb.comms.spmd(lambda comm, _: comm.allgather(comm.rank), [None, None], client=client)[0] == [0, 1]
+        check(client)
+        lost = worker_addresses(client)[1]
+        faults.kill_worker(client, lost)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            alive = worker_addresses(client)
+            if len(alive) == 2 and lost not in alive:
+                break
+            time.sleep(0.2)
+        check(client)  # the nanny's replacement took its name, and with it the same cores
+    with wb.cluster("cpu", n_workers=2, quiet=True, pin=False) as client:
+        assert set(map(tuple, worker_cores(client).values())) == {tuple(sorted(os.sched_getaffinity(0)))}
 
 
 def test_cluster_start_connect_and_clean_shutdown():

@@ -224,6 +224,7 @@ def record_cluster(client: Any) -> None:
             "n_workers": len(workers),
             "threads_per_worker": sorted({w.get("nthreads") for w in workers.values()}),
             "memory_limit_bytes": sorted({w.get("memory_limit") for w in workers.values()}),
+            "worker_cores": _cluster.worker_cores(client),
             "packages": pkgs,
             "time": _dt.datetime.now(_dt.UTC).isoformat(),
         }
