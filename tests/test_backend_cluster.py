@@ -88,6 +88,9 @@ def test_core_binding_bad_arguments(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     with pytest.raises(ValueError, match="pin=True needs n_workers"):
         _core_sets(3, 1, True)
+    with pytest.raises(ValueError, match="pin=True needs n_workers"):  # before any worker starts
+        with wb.cluster("cpu", n_workers=3, pin=True, quiet=True):
+            pass
     with pytest.raises(TypeError, match="pin must be"):
         wb.cluster(pin="yes")
 

@@ -254,6 +254,7 @@ class Cluster:
         if backend == "auto":
             backend = "gpu" if _backend.gpu_available()[0] else "cpu"
         n_workers = self.n_workers
+        sets = None
         if backend == "gpu":
             _backend.require_gpu(need_dask_cuda=True)
             from dask_cuda import LocalCUDACluster
@@ -270,6 +271,11 @@ class Cluster:
             if n_workers is None:
                 n_workers = max(1, (os.cpu_count() or 1) // self.threads_per_worker)
             kwargs.setdefault("processes", True)
+            # One worker per share of the cores, as MPI binds its ranks (dask-cuda binds GPU workers itself).
+            # Unbound, the OS moved rank threads and the workers' message threads across the cores mid-level:
+            # 2-worker BFS at SCALE 20 waited 3.5-4 ms per search instead of 2.2 (strong-scaling efficiency 0.66
+            # against 0.74 bound, interleaved in one run).  Decided before anything starts: pin=True may not fit.
+            sets = _core_sets(n_workers, self.threads_per_worker, self.pin) if kwargs["processes"] else None
             kwargs.setdefault("dashboard_address", ":0")
             kwargs.setdefault("silence_logs", logging.ERROR)
             with _worker_environ(backend):
@@ -278,12 +284,6 @@ class Cluster:
         client = Client(lc)
         stack.callback(client.close)
         client.wait_for_workers(len(lc.workers) if hasattr(lc, "workers") else 1, timeout=120)
-        # One worker per share of the cores, as MPI binds its ranks (dask-cuda binds GPU workers itself).  An
-        # unbound rank thread and its peer's lane reader woke on each other's core mid-level: 2-worker BFS at
-        # SCALE 20 spent 2.2 ms per search waiting instead of 3.5-4 (strong-scaling efficiency 0.74 against
-        # 0.66 unbound, interleaved in one run).
-        sets = _core_sets(n_workers, self.threads_per_worker, self.pin) \
-            if backend != "gpu" and kwargs.get("processes", True) else None
         if sets is not None:
             from distributed.diagnostics.plugin import WorkerPlugin
 
