@@ -155,9 +155,22 @@ class _CoreBinding:
         pass
 
 
+def _cores() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))  # no affinity API (macOS): every core
+
+
 def worker_cores(client: Any) -> dict[str, list[int]]:
-    """The cores each worker may run on, by address (every core where nothing bound it)."""
-    return {w: sorted(c) for w, c in client.run(os.sched_getaffinity, 0).items()}
+    """The cores each worker may run on, by address (every core where nothing bound it).
+
+    Examples
+    --------
+    >>> with cluster("cpu", n_workers=2, quiet=True) as client:   # doctest: +SKIP
+    ...     sorted(worker_cores(client).values())
+    [[0], [1]]
+    """
+    return client.run(_cores)
 
 
 def _worker_kind() -> tuple[str, bool]:
