@@ -285,9 +285,9 @@ class Cluster:
                 n_workers = max(1, (os.cpu_count() or 1) // self.threads_per_worker)
             kwargs.setdefault("processes", True)
             # One worker per share of the cores, as MPI binds its ranks (dask-cuda binds GPU workers itself).
-            # Unbound, the OS moved rank threads and the workers' message threads across the cores mid-level:
-            # 2-worker BFS at SCALE 20 waited 3.5-4 ms per search instead of 2.2 (strong-scaling efficiency 0.66
-            # against 0.74 bound, interleaved in one run).  Decided before anything starts: pin=True may not fit.
+            # Toggled between paired runs on one 2-worker cluster: bound, BFS at SCALE 20 waited 2.2-2.5 ms per
+            # search against 3.3-4 unbound (strong-scaling efficiency 0.74 against 0.66), coloring ran 1.16x
+            # faster, the other kernels within noise.  Decided before anything starts: pin=True may not fit.
             sets = _core_sets(n_workers, self.threads_per_worker, self.pin) if kwargs["processes"] else None
             kwargs.setdefault("dashboard_address", ":0")
             kwargs.setdefault("silence_logs", logging.ERROR)
@@ -352,9 +352,9 @@ def cluster(
         Do not print the dashboard link.
     pin : bool, optional
         Bind each worker process of a local ``"cpu"`` or ``"gpu-sim"`` cluster
-        to its own share of the cores (Linux), as MPI binds its ranks, so a
-        rank and its peers' message threads do not wake on each other's
-        cores.  Default (None): bind when there are two workers or more and
+        to its own share of the cores (Linux), as MPI binds its ranks, so the
+        OS does not move a worker's rank and message threads between cores
+        mid-kernel.  Default (None): bind when there are two workers or more and
         their threads fit on the cores this process may use; ``True`` binds
         whenever they fit; ``False`` never.  :func:`worker_cores` shows the result.
     **kwargs
