@@ -73,7 +73,7 @@ def test_cluster_bad_arguments(kw, match):
     ({0, 1}, 2, 1, None, [[0], [1]]),
     ({0, 1}, 1, 1, None, None),              # one worker: nothing to keep apart
     ({0, 1}, 1, 1, True, [[0, 1]]),
-    ({0, 1}, 3, 1, None, None),              # more workers than cores: bound, they could not share fairly
+    ({0, 1}, 3, 1, None, None),              # more workers than cores: left unbound, the OS shares them out
     ({0, 1}, 2, 2, None, None),
     ({0, 1}, 2, 1, False, None),
     ({2, 3, 5, 7}, 3, 1, None, [[2, 3], [5], [7]]),  # the cores this process may use, in contiguous shares

@@ -102,6 +102,12 @@ def _worker_environ(kind: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _cores() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))  # no affinity API (macOS): every core
+
+
 def _core_sets(n_workers: int, threads_per_worker: int, pin: bool | None) -> list[list[int]] | None:
     """Disjoint shares of this process's cores, one per worker in name order; None: leave them unbound.
 
@@ -109,9 +115,9 @@ def _core_sets(n_workers: int, threads_per_worker: int, pin: bool | None) -> lis
     whenever they fit (``ValueError`` otherwise).  Shares are contiguous runs of core ids, so on Linux's usual
     numbering a worker's cores are distinct physical cores while there are at least as many as workers.
     """
-    if pin is False or not hasattr(os, "sched_getaffinity"):
+    if pin is False or not hasattr(os, "sched_getaffinity"):  # nothing to bind with
         return None
-    cores = sorted(os.sched_getaffinity(0))
+    cores = _cores()
     if n_workers * threads_per_worker > len(cores):
         if pin:
             raise ValueError(f"pin=True needs n_workers * threads_per_worker <= the {len(cores)} cores this "
@@ -150,15 +156,6 @@ class _CoreBinding:
         except (TypeError, ValueError):  # a worker not named by LocalCluster: leave it unbound
             return
         _bind_process(set(self.core_sets[slot]))
-
-    def teardown(self, worker: Any) -> None:
-        pass
-
-
-def _cores() -> list[int]:
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))  # no affinity API (macOS): every core
 
 
 def worker_cores(client: Any) -> dict[str, list[int]]:
