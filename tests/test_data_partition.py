@@ -117,6 +117,30 @@ def test_distribute_1d_2d_dense(clients, n_workers):
     np.testing.assert_array_equal(R.gather(client), X)
 
 
+def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clients):
+    import dask
+    import dask.array as da
+    from distributed import Future, futures_of
+
+    client = clients(2)
+    X = np.arange(60.0).reshape(12, 5)
+    lazy = da.from_array(X, chunks=(4, 5)) + 1
+    kept = client.persist(lazy)
+    src = partition.chunk_sources(kept)
+    # the persisted chunks themselves: nothing new is submitted for them
+    assert src.shape == (3, 1) and all(isinstance(f, Future) for f in src.flat)
+    assert {f.key for f in src.flat} == {f.key for f in futures_of(kept)}
+    src_lazy = partition.chunk_sources(lazy * 2)     # keys not in memory
+    assert src_lazy.shape == (3, 1) and not any(isinstance(f, Future) for f in src_lazy.flat)
+    w = sorted(client.scheduler_info()["workers"])
+    cut = dask.delayed(lambda a: a[:1])(src[1, 0])
+    futs = partition.compute_all(client, [(src[0, 0], None), (src_lazy[2, 0], [w[1]]), (cut, None)])
+    assert futs[0] is src[0, 0]
+    np.testing.assert_array_equal(futs[1].result(), 2 * (X[8:] + 1))
+    np.testing.assert_array_equal(futs[2].result(), X[4:5] + 1)
+    assert set(client.who_has(futs[1])[futs[1].key]) == {w[1]}
+
+
 def test_distribute_bad_input(client):
     with pytest.raises(ValueError, match="partition"):
         wb.distribute(np.ones((3, 3)), client=client, partition="3d")

@@ -47,6 +47,8 @@ __all__ = [
     "owner_of",
     "grid_shape",
     "rows_of",
+    "chunk_sources",
+    "compute_all",
     "as_row_blocks",
     "Lineage",
     "TaskLineage",
@@ -855,6 +857,54 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
     parts = [_scatter_to(client, np.ascontiguousarray(x[offs[r]:offs[r + 1]]), addrs[r % len(addrs)])
              for r in range(P)]
     return RowBlocks(parts, offs, tuple(x.shape), x.dtype, [addrs[r % len(addrs)] for r in range(P)], kind="dense")
+
+
+def chunk_sources(x: Any) -> np.ndarray:
+    """Each chunk of the dask array ``x``, as an object array shaped like its chunk grid: the chunk's
+    Future where ``x`` is persisted (nothing to submit, it is where it lies), else its Delayed.
+
+    Pass them to :func:`compute_all` to get a Future per chunk.
+    """
+    from distributed import futures_of
+
+    held = {f.key: f for f in futures_of(x)}
+    keys = x.__dask_keys__()
+    out = np.empty(x.numblocks, dtype=object)
+    for idx in np.ndindex(*x.numblocks):
+        k = keys
+        for i in idx:
+            k = k[i]
+        out[idx] = held.get(k)
+    if any(f is None for f in out.flat):
+        delayed = x.to_delayed()
+        for idx in np.ndindex(*x.numblocks):
+            out[idx] = out[idx] if out[idx] is not None else delayed[idx]
+    return out
+
+
+def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) -> list:
+    """A Future per ``(source, workers)``: a Future passes as it is; Delayeds are submitted together, one
+    ``compute`` per distinct ``workers`` (``None``: anywhere; else only there), so the scheduler gets them
+    in one message instead of one per piece."""
+    out: list = [None] * len(items)
+    groups: dict = {}
+    for i, (src, workers) in enumerate(items):
+        if _is_future(src):
+            out[i] = src
+        else:
+            groups.setdefault(None if workers is None else tuple(workers), []).append(i)
+    for workers, idx in groups.items():
+        futs = client.compute([items[i][0] for i in idx], workers=None if workers is None else list(workers),
+                              allow_other_workers=workers is None)
+        for i, f in zip(idx, futs, strict=True):
+            out[i] = f
+    return out
+
+
+def _is_future(obj: Any) -> bool:
+    from distributed import Future
+
+    return isinstance(obj, Future)
 
 
 def rows_of(x: Any, client: Any = None, workers: Sequence[str] | None = None) -> RowBlocks:

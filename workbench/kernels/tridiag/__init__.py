@@ -155,7 +155,7 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import RowBlocks, TaskLineage, _scatter_to, block_offsets, resilient
+from ...partition import RowBlocks, TaskLineage, _scatter_to, block_offsets, chunk_sources, compute_all, resilient
 
 # the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
 # re-exports)
@@ -204,18 +204,25 @@ def block_grid(n: int, batch: int = 1) -> np.ndarray:
     ``K = 12 * ceil(n / (12 * L))`` sub-blocks for ``n >= 24`` (so 1, 2, 3, 4,
     6 and 12 workers get equal shares), ``n // 2`` below that; ``L = 8192``
     rows for one system, ``L = 512`` for a few (2 to 7), ``L = 64`` for a
-    batch of 8 or more.
+    batch of 8 or more.  The twelfths end at ``ceil(k n / 12)``, where a dask
+    array chunked along the line over ``P`` workers (chunks of ``ceil(n / P)``)
+    has its edges, for ``P`` dividing ``n`` and for the first edge otherwise:
+    then each worker solves the rows of the chunk it holds, and none moves.
 
     Examples
     --------
     >>> block_grid(4096)[:3]
-    array([  0, 342, 684])
+    array([  0, 342, 683])
     >>> block_grid(4096, batch=16384)[:3]
     array([  0,  57, 114])
     """
     rows = _BLOCK_ROWS_BATCH if batch >= 8 else _BLOCK_ROWS if batch > 1 else _BLOCK_ROWS_SINGLE
-    k = 12 * max(1, -(-n // (12 * rows))) if n >= 24 else max(1, n // 2)
-    return block_offsets(n, k)
+    if n < 24:
+        return block_offsets(n, max(1, n // 2))
+    q = max(1, -(-n // (12 * rows)))
+    twelfths = -(-np.arange(13, dtype=np.int64) * n // 12)
+    return np.concatenate([[0]] + [t0 + block_offsets(int(t1 - t0), q)[1:]
+                                   for t0, t1 in zip(twelfths[:-1], twelfths[1:], strict=True)]).astype(np.int64)
 
 
 # --------------------------------------------------------------------------
@@ -855,12 +862,14 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                   for a, sh in arrays]
         bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[bax])]).astype(np.int64)
         boffs = bounds[cuts]
-        blocks = [np.moveaxis(a.to_delayed(), bax, 0).reshape(-1) for a, _ in arrays]
+        blocks = [np.moveaxis(chunk_sources(a), bax, 0).reshape(-1) for a, _ in arrays]
         want = [[(blocks[k][c].key, int(bounds[c + 1] - bounds[c])) for k in range(len(arrays))
                  for c in range(cuts[r], cuts[r + 1])] for r in range(P)]
         ws = _rank_workers(client, want, addrs)
-        out = [tuple([(-sh, client.compute(blocks[k][c], workers=[ws[r]], allow_other_workers=False))
-                      for c in range(cuts[r], cuts[r + 1])] for k, (_, sh) in enumerate(arrays)) for r in range(P)]
+        where = [(k, r, c) for r in range(P) for k in range(len(arrays)) for c in range(cuts[r], cuts[r + 1])]
+        futs = dict(zip(where, compute_all(client, [(blocks[k][c], [ws[r]]) for k, r, c in where]), strict=True))
+        out = [tuple([(-sh, futs[k, r, c]) for c in range(cuts[r], cuts[r + 1])] for k, (_, sh) in enumerate(arrays))
+               for r in range(P)]
         return out, np.array([0, n], np.int64), ws, boffs
     offs = _rank_offsets(n, len(addrs), spec.V)
     P = len(addrs)
@@ -870,7 +879,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
             a = a.rechunk({bax: -1})
         a = a.rechunk({i: -1 for i in range(a.ndim) if i != lax})
         bounds = np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64)
-        blocks = np.moveaxis(a.to_delayed(), lax, 0).reshape(-1)
+        blocks = np.moveaxis(chunk_sources(a), lax, 0).reshape(-1)
         per_rank = []
         for r in range(P):
             lo, hi = int(offs[r]), int(offs[r + 1])
@@ -893,9 +902,12 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         plans.append(per_rank)
     want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
     ws = _rank_workers(client, want, addrs)
-    out = [tuple([(p[0], client.compute(p[1], workers=None if p[2] is None else [ws[r]],
-                                        allow_other_workers=p[2] is None)) for p in plans[k][r]]
-                 for k in range(len(arrays))) for r in range(P)]
+    # a whole chunk runs (if it is not in memory) only on its rank's worker, a cut beside its chunk
+    where = [(k, r, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[k][r]))]
+    futs = dict(zip(where, compute_all(client, [(plans[k][r][i][1], None if plans[k][r][i][2] is None else [ws[r]])
+                                                for k, r, i in where]), strict=True))
+    out = [tuple([(p[0], futs[k, r, i]) for i, p in enumerate(plans[k][r])] for k in range(len(arrays)))
+           for r in range(P)]
     return out, offs, ws, None
 
 
