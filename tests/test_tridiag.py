@@ -633,6 +633,31 @@ def test_gtsv_batch_kernel_matches_the_line_major_pass():
     assert np.abs(x - xs).max() <= 1e-13 * np.abs(xs).max()
 
 
+@pytest.mark.parametrize("vn, rows", [(64, 342), (21, 13), (8, 4), (3, 7), (13, 6)])
+@pytest.mark.parametrize("strided", [False, True])
+def test_panel_transposes_move_every_entry(vn, rows, strided):
+    # the gtsv pass's panel loads and stores (4 x 4 register tiles, eight systems at a time, scalar edges):
+    # exactly numpy's transpose, for ragged counts of systems and rows, an offset first row, and blocks whose
+    # rows are not contiguous (the scalar path)
+    pytest.importorskip("numba")
+    from workbench.kernels.tridiag import cpu as K
+
+    rng = np.random.default_rng(vn + rows)
+    V, w, r0, v0, i0 = vn + 5, rows + 9, 3, 2, 1
+    full = rng.standard_normal((V, 2 * w))
+    a = full[:, ::2] if strided else np.ascontiguousarray(full[:, :w])
+    s = np.full((rows + 2, 64), np.nan)
+    K.load_panel_kernel(a, r0, s, v0, vn, i0, i0 + rows)              # local rows i0.. from a's column i - r0
+    lo, hi = max(i0, r0), min(i0 + rows, r0 + w)                      # rows before r0: a's piece starts later
+    np.testing.assert_array_equal(s[lo - i0:hi - i0, :vn], a[v0:v0 + vn, lo - r0:hi - r0].T)
+    assert np.isnan(s[:lo - i0]).all() and np.isnan(s[hi - i0:]).all() and np.isnan(s[:, vn:]).all()
+    x = np.full((V, rows + 2), np.nan)
+    xv = x[:, ::2][:, :rows // 2] if strided else x[:, :rows]
+    K.store_panel_kernel(s[:xv.shape[1]], xv, v0, vn)
+    np.testing.assert_array_equal(xv[v0:v0 + vn], s[:xv.shape[1], :vn].T)
+    assert np.isnan(xv[:v0]).all() and np.isnan(xv[v0 + vn:]).all()
+
+
 @pytest.mark.parametrize("n_workers", [2, 3])
 def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
     # (batch, n) dask arrays whose chunks end a few columns away from the ranks' edges (the ranks read a

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .params import _CHK_SCALE
 
@@ -860,12 +864,51 @@ def _minus_column(x, r0, C, sol, v0, n):
 # --------------------------------------------------------------------------
 
 
+@intrinsic
+def _transpose4(typingctx, src, v, j, dst, i, c):
+    # dst[i + r, c + q] = src[v + q, j + r] for q, r < 4: four 32-byte loads, two rounds of shuffles, four
+    # 32-byte stores (numba has no shuffles of its own; LLVM's vectorizer turns the scalar version into
+    # sixteen scalar moves).  Both arrays' rows must be contiguous (unit inner stride).
+    sig = types.void(src, types.intp, types.intp, dst, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        f64x4, i64, i32x4 = ir.VectorType(ir.DoubleType(), 4), ir.IntType(64), ir.VectorType(ir.IntType(32), 4)
+        src_a = context.make_array(signature.args[0])(context, builder, args[0])
+        dst_a = context.make_array(signature.args[3])(context, builder, args[3])
+
+        def at(ary, row, k, col):
+            stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
+            off = builder.add(builder.mul(builder.add(row, ir.Constant(i64, k)), stride),
+                              builder.mul(col, ir.Constant(i64, 8)))
+            return builder.inttoptr(builder.add(builder.ptrtoint(ary.data, i64), off), f64x4.as_pointer())
+
+        def shuf(a, b, m):
+            return builder.shuffle_vector(a, b, ir.Constant(i32x4, m))
+
+        a0, a1, a2, a3 = (builder.load(at(src_a, args[1], k, args[2]), align=8) for k in range(4))
+        t0, t1 = shuf(a0, a1, [0, 4, 2, 6]), shuf(a0, a1, [1, 5, 3, 7])
+        t2, t3 = shuf(a2, a3, [0, 4, 2, 6]), shuf(a2, a3, [1, 5, 3, 7])
+        out = (shuf(t0, t2, [0, 1, 4, 5]), shuf(t1, t3, [0, 1, 4, 5]), shuf(t0, t2, [2, 3, 6, 7]),
+               shuf(t1, t3, [2, 3, 6, 7]))
+        for k in range(4):
+            builder.store(out[k], at(dst_a, args[4], k, args[5]), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@_inline
+def _unit_rows(a):
+    return a.shape[1] < 2 or a.strides[1] == 8
+
+
 @_njit
 def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
     # s[i - i0, v] = row i (the rank's local line index) of system v0 + v, for the rows i in [i0, i1) that a
     # covers: column j of the (Va, w) block a is row r0 + j; a block of one system (Va == 1, constant
-    # coefficients) is broadcast.  Four systems at a time, each read along its row (four streams the
-    # prefetcher follows, each cache line read whole), written as one 32-byte piece of a panel row.
+    # coefficients) is broadcast.  Eight systems at a time, each read along its row (eight streams the
+    # prefetcher follows), in 4 x 4 tiles transposed in registers: each panel row gets a whole 64-byte line
+    # per step (four systems at a time wrote half lines, and ran this pass at half the read bandwidth).
     Va, w = a.shape
     lo = max(i0, r0)
     hi = min(i1, r0 + w)
@@ -879,6 +922,17 @@ def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
                 s[i - i0, v] = val
         return
     vb = 0
+    if _unit_rows(a) and _unit_rows(s):
+        while vb + 8 <= vn:
+            t = lo
+            while t + 4 <= hi:
+                _transpose4(a, v0 + vb, t - r0, s, t - i0, vb)
+                _transpose4(a, v0 + vb + 4, t - r0, s, t - i0, vb + 4)
+                t += 4
+            for i in range(t, hi):
+                for q in range(8):
+                    s[i - i0, vb + q] = a[v0 + vb + q, i - r0]
+            vb += 8
     while vb + 4 <= vn:
         q0, q1, q2, q3 = a[v0 + vb], a[v0 + vb + 1], a[v0 + vb + 2], a[v0 + vb + 3]
         for i in range(lo, hi):
@@ -897,9 +951,21 @@ def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
 
 @_njit
 def store_panel_kernel(s, x, v0, vn):
-    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, four systems' rows at a time
+    # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, eight systems' rows at a time
+    # in 4 x 4 tiles as load_panel_kernel reads them
     m = s.shape[0]
     vb = 0
+    if _unit_rows(s) and _unit_rows(x):
+        while vb + 8 <= vn:
+            t = 0
+            while t + 4 <= m:
+                _transpose4(s, t, vb, x, v0 + vb, t)
+                _transpose4(s, t, vb + 4, x, v0 + vb + 4, t)
+                t += 4
+            for i in range(t, m):
+                for q in range(8):
+                    x[v0 + vb + q, i] = s[i, vb + q]
+            vb += 8
     while vb + 4 <= vn:
         q0, q1, q2, q3 = x[v0 + vb], x[v0 + vb + 1], x[v0 + vb + 2], x[v0 + vb + 3]
         for i in range(m):
