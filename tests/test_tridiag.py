@@ -491,6 +491,33 @@ def test_gpu_sim_compact_derivative(clients, n_workers):
     assert st["path"] == "two-pass" and np.sqrt(np.mean((x - np.cos(t)) ** 2)) < 1e-3
 
 
+@pytest.mark.parametrize("n_workers", [2, 4])
+def test_readme_layout_runs_only_the_ranks(clients, n_workers):
+    # persisted (batch, n) chunks of ceil(n / P) columns, one per worker: the ranks' edges are the chunks'
+    # edges, each rank solves the chunk it holds, and the one sub-diagonal column a rank needs from its
+    # neighbour's chunk is lent inside the group: no task runs but the ranks, no block moves, x comes back
+    # in b's chunks, and the answer is the host solve's bit for bit
+    import dask.array as da
+    from distributed import get_task_stream
+
+    client = clients(n_workers)
+    V, n = 16, 1024
+    dl, d, du, b = _system("dominant", n, V, None, seed=8)
+    ch = -(-n // n_workers)
+    arrs = client.persist([da.from_array(a, chunks=(V, ch)) for a in (dl, d, du, b)])
+    wb.tridiag_solve(*arrs, client=client)                            # the halo probe's first call
+    with get_task_stream(client) as ts:
+        x = wb.tridiag_solve(*arrs, client=client)
+    got = x.compute()
+    ran = {t["key"] if isinstance(t["key"], str) else t["key"][0] for t in ts.data}
+    assert sum(k.startswith("spmd-tridiag") for k in ran) == n_workers and not any("_cols" in k for k in ran), ran
+    assert not any(t.get("startstops") and any(s["action"] == "transfer" for s in t["startstops"])
+                   for t in ts.data if str(t["key"]).startswith("spmd")), "a rank waited for a block to move"
+    assert x.chunks[1] == arrs[3].chunks[1] and x.stats["path"] == "fused"
+    assert np.array_equal(got, np.asarray(wb.tridiag_solve(dl, d, du, b, client=client)))
+    _close(got, _oracle(dl, d, du, b))
+
+
 @pytest.mark.parametrize("n_workers", [2, 3])
 @pytest.mark.parametrize("periodic", [False, True])
 def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, periodic):

@@ -183,7 +183,7 @@ from .params import (
     _REDUCED,
     COMPACT6,
 )
-from .ranks import _random_rank, _tridiag_rank, random_part
+from .ranks import Borrow, _random_rank, _tridiag_rank, random_part
 from .ranks import _solve_chain as _solve_chain
 
 __all__ = [
@@ -897,17 +897,24 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                     # a few columns of a neighbour's chunk: cut where the chunk lies (placed by the scheduler
                     # beside its input), so only they travel to the rank
                     piece = dask.delayed(_cols, pure=True)(blocks[c], lax, o0 - b0, o1 - b0)
-                    pieces.append((o0 - sh - lo, piece, None, o1 - o0))
+                    pieces.append((o0 - sh - lo, piece, None, o1 - o0, (blocks[c].key, o0 - b0, o1 - b0)))
             per_rank.append(pieces)
+        whole = {p[2]: (r, i) for r in range(P) for i, p in enumerate(per_rank[r]) if p[2] is not None}
+        for r in range(P):
+            for i, p in enumerate(per_rank[r]):
+                if p[2] is None and p[4][0] in whole and whole[p[4][0]][0] != r:
+                    per_rank[r][i] = (p[0], Borrow(*whole[p[4][0]], *p[4][1:]), None, p[3])
         plans.append(per_rank)
     want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
     ws = _rank_workers(client, want, addrs)
-    # a whole chunk runs (if it is not in memory) only on its rank's worker, a cut beside its chunk
-    where = [(k, r, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[k][r]))]
+    # a whole chunk runs (if it is not in memory) only on its rank's worker, a cut beside its chunk; a cut
+    # of a chunk that another rank takes whole is lent by that rank inside the group (no task to wait for)
+    where = [(k, r, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[k][r]))
+             if not isinstance(plans[k][r][i][1], Borrow)]
     futs = dict(zip(where, compute_all(client, [(plans[k][r][i][1], None if plans[k][r][i][2] is None else [ws[r]])
                                                 for k, r, i in where]), strict=True))
-    out = [tuple([(p[0], futs[k, r, i]) for i, p in enumerate(plans[k][r])] for k in range(len(arrays)))
-           for r in range(P)]
+    out = [tuple([(p[0], p[1] if isinstance(p[1], Borrow) else futs[k, r, i]) for i, p in enumerate(plans[k][r])]
+                 for k in range(len(arrays))) for r in range(P)]
     return out, offs, ws, None
 
 
@@ -946,6 +953,13 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     cfg["halo"] = _HALO_CACHE.get(matrix, _PROBE) if matrix is not None else _PROBE
     out_edges = _out_edges(spec, offs) if split == "line" else None
     cfg["out_edges"] = None if out_edges is None else [int(e) for e in out_edges]
+    lends: list[list] = [[] for _ in range(P)]   # per rank: (to rank, input, piece, c0, c1), in the order taken
+    for r in range(P):
+        for k, pieces in enumerate(parts[r] if spec.source != "rows" else ()):
+            for _, p in pieces:
+                if isinstance(p, Borrow):
+                    lends[p.rank].append((r, k, p.index, p.c0, p.c1))
+    cfg["lends"] = lends if any(lends) else None
     rank_args = [(parts[r], spans[r][0], spans[r][1], blocks[r][0], blocks[r][1],
                   None if fused is None else fused[r]) for r in range(P)]
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",

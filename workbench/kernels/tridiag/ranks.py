@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         xp_of = namespace(*parts)
     else:
         # lists of (first local row, block) in the caller's layout
-        raw = [[(r0, to_device(p)) for r0, p in pieces] for pieces in parts]
+        raw = [[(r0, to_device(p)) for r0, p in pieces] for pieces in _borrowed(comm, parts, cfg)]
         xp_of = namespace(*[p for pieces in raw for _, p in pieces])
     cfg = {**cfg, "local": _engine(kind, cfg["engine"], xp_of)}
     x = None
@@ -109,6 +109,32 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
     info.pop("fallback", None)
     return x, info
+
+
+class Borrow(NamedTuple):
+    """A rank's piece that rank ``rank`` lends inside the group: columns ``c0:c1`` (along the line) of
+    its piece ``index`` of the same input (instead of a task that cuts them before the group starts)."""
+
+    rank: int
+    index: int
+    c0: int
+    c1: int
+
+
+def _borrowed(comm: Any, parts: tuple, cfg: dict) -> list:
+    """The rank's pieces with the columns its neighbours lend it in place of their ``Borrow`` markers (one
+    exchange, on every rank when any rank borrows; the client lists who lends what in ``cfg["lends"]``)."""
+    lends = cfg.get("lends")
+    if not lends:
+        return list(parts)
+    ax = cfg["nax"]
+    sends: dict[int, list] = {}
+    for dest, k, j, c0, c1 in lends[comm.rank]:
+        p = parts[k][j][1]
+        sends.setdefault(dest, []).append(namespace(p).ascontiguousarray(p[_along(ax, p.ndim, c0, c1)]))
+    lenders = sorted({p.rank for pieces in parts for _, p in pieces if isinstance(p, Borrow)})
+    got = {r: iter(v) for r, v in comm.neighbor_exchange(sends, recv_from=lenders).items()}
+    return [[(r0, next(got[p.rank]) if isinstance(p, Borrow) else p) for r0, p in pieces] for pieces in parts]
 
 
 def _engine(kind: str, engine: str, xp: Any) -> str:
