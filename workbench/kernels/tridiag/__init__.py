@@ -87,16 +87,20 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   system a contiguous row), host or dask.  The fast path: each rank takes its
   chunks as they lie and, panel by panel of 64 systems and block by block of
   the line (~340 rows at n = 4096), transposes the rows into line-major
-  scratch that stays in L2, runs the fused pass there (the same kernel, so the
-  same answers bit for bit) and writes ``x`` back into the same layout; the
-  inputs are read once and ``x`` written once, as in the line-major pass, plus
-  the in-cache transposes (about 1.7x the line-major pass's time in one
-  process here).  Dask arrays chunked along ``n`` are read where they lie:
-  each rank goes to the worker holding most of its chunks; where a rank's rows
-  reach a few columns into a neighbour's chunk, those columns are cut beside
-  the chunk and only they travel (so does a gtsv sub-diagonal's one entry per
-  system); a rank whose rows span three or more chunks of an input copies
-  them into one block.  Dask arrays chunked along the batch (rechunked to
+  scratch that stays in L2 (4 x 4 tiles in registers, eight systems' rows at
+  a time), runs the fused pass there (the same kernel, so the same answers bit
+  for bit) and writes ``x`` back into the same layout; the inputs are read
+  once and ``x`` written once, as in the line-major pass, plus the in-cache
+  transposes.  Dask arrays chunked along ``n`` are read where they lie: each
+  rank goes to the worker holding most of its chunks, and chunks of
+  ``ceil(n / P)`` columns over ``P`` workers end where the ranks' rows do
+  (:func:`block_grid`), so each rank solves the chunk it holds.  Where a
+  rank's rows reach a few columns into a neighbour's chunk (a gtsv
+  sub-diagonal's one entry per system, or chunks cut elsewhere), the rank that
+  holds that chunk lends those columns inside the group, or, when no rank takes
+  the chunk whole, they are cut beside the chunk and only they travel; a rank
+  whose rows span three or more chunks of an input copies them into one
+  block.  Dask arrays chunked along the batch (rechunked to
   ``b``'s chunks of systems where the inputs differ), and host batches of at
   least 8 systems per worker, give each worker whole systems: no exchange at
   all (the blocks along the line are the same, so are the answers).  Host
