@@ -230,6 +230,12 @@ def test_fused_kernel_windows_and_tiles_match_thomas():
     ref = thomas_reference(dl[1:].T, d.T, du[:-1].T, b.T).T
     assert np.isfinite(chk[0]) and tau.max() <= 2.0 ** -53
     assert np.abs(x - ref).max() <= 1e-15 * np.abs(ref).max()
+    # one tile of all 13 systems: eight go through the explicit 8-wide rows, five through the scalar loop;
+    # the same operations per system, so the same bits as tiles of 5 (scalar only)
+    x13 = np.zeros((m, V))
+    K.fused_kernel(dl, d, du, b, starts, lens, x13, VS.copy(), WS.copy(), edge.copy(), np.zeros(1), np.zeros(3),
+                   13, W, H)
+    assert np.array_equal(x13, x)
     assert np.array_equal(edge[0], x[0]) and np.array_equal(edge[2], x[-1])
     assert not VS.any() and not WS.any()                              # no neighbours at the line's ends
     for arr, row, val in ((d, 50, np.nan), (d, 51, np.inf), (dl, 40, -np.inf), (du, 96, np.inf), (b, 7, np.nan)):

@@ -567,6 +567,9 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
     V = d.shape[1]
     RB = W + H
     rc = np.empty((RB, Vt))
+    # rows of unit stride: the forward rows go eight systems at a time in explicit vector code
+    wide = V < 2 or (dl.strides[1] == 8 and d.strides[1] == 8 and du.strides[1] == 8 and b.strides[1] == 8
+                     and x.strides[1] == 8)
     vs = np.empty((H, Vt))      # the x_prev column of the block's first H rows (v' on the way down)
     ws = np.empty((H, Vt))      # the x_next column of the previous block's last H rows
     cp = np.empty(Vt)
@@ -614,7 +617,12 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                             vs1[v] = w1
                             vp[v] = w1
                     else:
-                        for v in range(vn):
+                        v8 = 0
+                        if wide:
+                            while v8 + 8 <= vn:
+                                _eliminate2_x8(v8, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
+                                v8 += 8
+                        for v in range(v8, vn):
                             _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
                     j += 2
                 if j == e:
@@ -892,6 +900,53 @@ def _transpose4(typingctx, src, v, j, dst, i, c):
                shuf(t1, t3, [2, 3, 6, 7]))
         for k in range(4):
             builder.store(out[k], at(dst_a, args[4], k, args[5]), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _eliminate2_x8(typingctx, v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
+    # _eliminate2 for systems v..v+7 (1-D rows with unit stride) as explicit 8-wide vector code: the same
+    # operations in the same order (no contraction), so the same bits.  LLVM's vectorizer, given the scalar
+    # loop, guards it with run-time overlap checks of its fourteen rows (~80 compares per row pair, as much
+    # as the pair's arithmetic over 64 systems); explicit vector loads and stores need none.
+    sig = types.void(types.intp, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1)
+
+    def codegen(context, builder, signature, args):
+        f64 = ir.DoubleType()
+        f64x8, i64 = ir.VectorType(f64, 8), ir.IntType(64)
+        off = builder.mul(args[0], ir.Constant(i64, 8))
+
+        def ptr(k):
+            a = context.make_array(signature.args[k])(context, builder, args[k])
+            return builder.inttoptr(builder.add(builder.ptrtoint(a.data, i64), off), f64x8.as_pointer())
+
+        def ld(k):
+            return builder.load(ptr(k), align=8)
+
+        def st(val, k):
+            builder.store(val, ptr(k), align=8)
+
+        zero = ir.Constant(f64x8, [0.0] * 8)
+        one = ir.Constant(f64x8, [1.0] * 8)
+
+        def step(a, d, c, b, cprev, bprev):
+            piv = builder.fsub(d, builder.fmul(a, cprev))
+            inv = builder.fdiv(one, piv)
+            c1_ = builder.fmul(c, inv)
+            b1_ = builder.fmul(builder.fsub(b, builder.fmul(a, bprev)), inv)
+            return c1_, b1_, builder.fadd(b1_, builder.fmul(zero, builder.fadd(piv, c1_)))
+
+        a0_, d0_, c0_, b0_, a1_, d1_, c1_, b1_ = (ld(k) for k in range(1, 9))
+        cc, bb, xs = step(a0_, d0_, c0_, b0_, ld(9), ld(10))
+        st(xs, 13)
+        st(cc, 11)
+        cc, bb, xs = step(a1_, d1_, c1_, b1_, cc, bb)
+        st(xs, 14)
+        st(cc, 12)
+        st(cc, 9)
+        st(bb, 10)
         return context.get_dummy_value()
 
     return sig, codegen
