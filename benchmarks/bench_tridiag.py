@@ -41,7 +41,7 @@ import scipy.linalg as sl
 
 import workbench as wb
 from workbench.cluster import worker_addresses
-from workbench.kernels.tridiag import random_system, thomas_reference
+from workbench.kernels.tridiag import gtsv_system, random_system, thomas_reference
 
 PROFILES = {
     "ci": {"n": 256, "batch": 512, "peer_batch": 256, "single": 1 << 16, "repeat": 2, "stream_n": 1 << 22},
@@ -51,38 +51,6 @@ PROFILES = {
 STREAM_TARGET = 0.40
 BATCH_TARGET = 4.0
 SINGLE_TARGET = 1.5
-
-
-def readme_system(n: int, batch: int | None, client: Any, *, seed: int = 1, along: str = "n",
-                  axis: int = -1) -> tuple:
-    """A diagonally dominant system as the README has a user hold it: dask arrays in gtsv form (batch leading;
-    ``axis=0``: line-major ``(n, batch)``), chunked along ``n`` (``along="n"``, one chunk per worker) or along
-    the batch, generated and persisted on the workers (nothing passes the client)."""
-    import dask.array as da
-    from distributed import wait
-
-    P = len(worker_addresses(client))
-    shape = (n,) if batch is None else (batch, n)
-    rng = da.random.default_rng(seed)
-    ch_n = -(-n // P) if along == "n" else n
-    chunks = (ch_n,) if batch is None else ((batch, ch_n) if along == "n" else (-(-batch // P), n))
-    off = shape[:-1] + (n - 1,)
-    dl = rng.uniform(-1, 1, off, chunks=chunks)
-    du = rng.uniform(-1, 1, off, chunks=chunks)
-    pad = [(0, 0)] * (len(shape) - 1)
-    # dominance 2, as random_system: d = 2 (|dl| + |du|) + U[0, 1)
-    d = (2 * (da.pad(abs(dl), pad + [(1, 0)]) + da.pad(abs(du), pad + [(0, 1)]))
-         + rng.random(shape, chunks=chunks)).rechunk(chunks)
-    b = rng.random(shape, chunks=chunks)
-    out = [dl, d, du, b]
-    if axis == 0 and batch is not None:
-        # line-major data as a user holds it: C-ordered (n, batch) chunks (a bare .T would leave each chunk a
-        # transposed view, i.e. the gtsv layout's memory under a line-major shape)
-        out = [a.T.rechunk((ch_n, batch) if along == "n" else (n, -(-batch // P))).map_blocks(np.ascontiguousarray)
-               for a in out]
-    out = client.persist(out)
-    wait(out)
-    return tuple(out)
 
 
 def _solve_persisted(system: tuple, client: Any, **kw: Any) -> Any:
@@ -151,7 +119,7 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
         return row
 
     # ---- batch 16384 x 4096, the README path: gtsv-layout dask arrays chunked along n
-    system = readme_system(n, batch, client, seed=1)
+    system = gtsv_system(n, batch, client=client, seed=1)
     lab = dict(base, case=f"batch {batch}x{n}", layout="(batch, n) dask, chunked along n", peer_batch=pb)
     t = wb.bench.measure(lambda: _solve_persisted(system, client), name="wb.tridiag_solve", warmup=2,
                          repeat=rep, keep_value=True, setup=stream_now)
@@ -169,9 +137,10 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     rows = [ours, sb, _row(t_th, t.median, scale, **lab)]
     del system, dl, d, du, b, ab, ref
     # ---- extra rows: other layouts of the same batch
-    extras = [("(batch, n) dask, chunked along batch", lambda: readme_system(n, batch, client, seed=1, along="batch"),
+    extras = [("(batch, n) dask, chunked along batch",
+               lambda: gtsv_system(n, batch, client=client, seed=1, along="batch"),
                {}),
-              ("(n, batch) dask, axis=0, chunked along n", lambda: readme_system(n, batch, client, seed=1, axis=0),
+              ("(n, batch) dask, axis=0, chunked along n", lambda: gtsv_system(n, batch, client=client, seed=1, axis=0),
                {"axis": 0}),
               ("random_system line-major RowBlocks (solver layout)", lambda: random_system(n, batch, seed=1,
                                                                                           client=client), None)]
@@ -185,7 +154,7 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
 
     # ---- one long system split across the workers (a dask array chunked along n)
     m = p["single"]
-    system = readme_system(m, None, client, seed=2)
+    system = gtsv_system(m, None, seed=2, client=client)
     lab = dict(base, case=f"single 2^{int(np.log2(m))}", layout="(n,) dask, chunked along n")
     dl, d, du, b = (np.asarray(a) for a in system)
     ab = _banded(dl, d, du)

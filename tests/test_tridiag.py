@@ -725,3 +725,25 @@ def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
                 assert n_workers > 2 or x.chunks[1] == (cut, n - cut), (x.chunks, cut)
             if V >= 8 and n >= 811:
                 assert x.stats["path"] == "fused", name
+
+
+def test_gtsv_system_is_the_documented_layout(clients):
+    # the benchmarks' and the notebook's headline input: persisted dask arrays in gtsv form, chunked along n
+    # over the workers (or along the batch), line-major with axis=0; bad arguments name themselves
+    from distributed import futures_of
+
+    from workbench.kernels.tridiag import gtsv_system
+
+    client = clients(2)
+    dl, d, du, b = gtsv_system(100, 6, client=client)
+    assert (dl.shape, d.shape, du.shape, b.shape) == ((6, 99), (6, 100), (6, 99), (6, 100))
+    assert d.chunks == ((6,), (50, 50)) and len(futures_of(d)) == 2
+    off = np.abs(np.pad(np.asarray(dl), ((0, 0), (1, 0)))) + np.abs(np.pad(np.asarray(du), ((0, 0), (0, 1))))
+    assert (np.asarray(d) > off).all()                                  # strictly dominant
+    assert gtsv_system(100, 6, along="batch", client=client)[1].chunks == ((3, 3), (100,))
+    t = gtsv_system(100, 6, axis=0, client=client)[1]
+    assert t.shape == (100, 6) and t.chunks == ((50, 50), (6,)) and np.asarray(t).flags.c_contiguous
+    assert gtsv_system(64, None, client=client)[1].chunks == ((32, 32),)
+    for kw, name in (({"n": 1}, "n"), ({"batch": 0}, "batch"), ({"along": "x"}, "along"), ({"axis": 2}, "axis")):
+        with pytest.raises(ValueError, match=name):
+            gtsv_system(**{"n": 10, **kw}, client=client)

@@ -196,6 +196,7 @@ __all__ = [
     "validate_tridiag",
     "distribute_system",
     "random_system",
+    "gtsv_system",
     "block_grid",
     "thomas_reference",
     "COMPACT6",
@@ -465,6 +466,57 @@ def random_system(n: int, batch: int | None = None, *, nrhs: int | None = None, 
                                              int(seed)) for r in range(len(addrs))])
         out.append(RowBlocks(parts, offs, shapes[k], np.dtype(np.float64), addrs, kind="dense",
                              meta={"layout": "tridiag-line-major", "seed": seed}, lineage=lineage))
+    return tuple(out)
+
+
+def gtsv_system(n: int, batch: int | None = None, *, seed: int = 1, along: str = "n", axis: int = -1,
+                client: Any = None) -> tuple:
+    """A random diagonally dominant system as the README has a user hold it: dask arrays ``(dl, d, du, b)``
+    in gtsv form (``(batch, n)``, ``dl`` and ``du`` with ``n - 1`` entries per system; ``axis=0``: C-ordered
+    line-major ``(n, batch)``), generated and persisted on the workers (nothing passes the client).
+
+    ``along="n"`` chunks the line over the workers (``ceil(n / P)`` columns each), ``along="batch"`` the
+    systems.  Off-diagonals are uniform in ``[-1, 1)``, the diagonal ``2 (|dl| + |du|) + U[0, 1)`` (as
+    :func:`random_system`, whose line-major blocks are the solver's internal layout).  The benchmarks'
+    and the notebook's headline input.
+
+    Examples
+    --------
+    >>> dl, d, du, b = gtsv_system(4096, 16384, client=client)          # doctest: +SKIP
+    >>> x = wb.tridiag_solve(dl, d, du, b)                              # doctest: +SKIP
+    """
+    import dask.array as da
+    from distributed import wait
+
+    if not isinstance(n, int | np.integer) or n < 2:
+        raise ValueError(f"n must be an int >= 2, got {n!r}")
+    if batch is not None and (not isinstance(batch, int | np.integer) or batch < 1):
+        raise ValueError(f"batch must be a positive int or None, got {batch!r}")
+    if along not in ("n", "batch"):
+        raise ValueError(f"along must be 'n' or 'batch', got {along!r}")
+    if axis not in (0, -1, 1):
+        raise ValueError(f"axis must be 0 or -1, got {axis!r}")
+    client = default_client(client)
+    P = len(_addresses(client))
+    shape = (n,) if batch is None else (batch, n)
+    rng = da.random.default_rng(seed)
+    ch_n = -(-n // P) if along == "n" or batch is None else n
+    chunks = (ch_n,) if batch is None else ((batch, ch_n) if along == "n" else (-(-batch // P), n))
+    off = shape[:-1] + (n - 1,)
+    dl = rng.uniform(-1, 1, off, chunks=chunks)
+    du = rng.uniform(-1, 1, off, chunks=chunks)
+    pad = [(0, 0)] * (len(shape) - 1)
+    d = (2 * (da.pad(abs(dl), pad + [(1, 0)]) + da.pad(abs(du), pad + [(0, 1)]))
+         + rng.random(shape, chunks=chunks)).rechunk(chunks)
+    b = rng.random(shape, chunks=chunks)
+    out = [dl, d, du, b]
+    if axis == 0 and batch is not None:
+        # C-ordered line-major chunks (a bare .T would leave each chunk a transposed view: the gtsv layout's
+        # memory under a line-major shape)
+        out = [a.T.rechunk((ch_n, batch) if along == "n" else (n, -(-batch // P))).map_blocks(np.ascontiguousarray)
+               for a in out]
+    out = client.persist(out)
+    wait(out)
     return tuple(out)
 
 
