@@ -864,6 +864,12 @@ def chunk_sources(x: Any) -> np.ndarray:
     Future where ``x`` is persisted (nothing to submit, it is where it lies), else its Delayed.
 
     Pass them to :func:`compute_all` to get a Future per chunk.
+
+    Examples
+    --------
+    >>> x = client.persist(da.ones((8, 4), chunks=(4, 4)))              # doctest: +SKIP
+    >>> chunk_sources(x).shape                                          # doctest: +SKIP
+    (2, 1)
     """
     from distributed import futures_of
 
@@ -885,7 +891,13 @@ def chunk_sources(x: Any) -> np.ndarray:
 def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) -> list:
     """A Future per ``(source, workers)``: a Future passes as it is; Delayeds are submitted together, one
     ``compute`` per distinct ``workers`` (``None``: anywhere; else only there), so the scheduler gets them
-    in one message instead of one per piece."""
+    in one message instead of one per piece.
+
+    Examples
+    --------
+    >>> src = chunk_sources(x)                                          # doctest: +SKIP
+    >>> futs = compute_all(client, [(src[0, 0], [worker]), (src[1, 0], None)])   # doctest: +SKIP
+    """
     out: list = [None] * len(items)
     groups: dict = {}
     for i, (src, workers) in enumerate(items):
