@@ -1,8 +1,12 @@
-"""Shared fixtures: module-scoped local clusters (always closed) and GPU skipping."""
+"""Shared fixtures: module-scoped local clusters (always closed), GPU skipping, and a warm numba cache."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +28,32 @@ def pytest_collection_modifyitems(config, items):
                 reason = _gpu_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"GPU test: {reason}"))
+
+
+#: Sessions with at least this many tests (the whole suite, not one module) warm the numba cache first.
+WARM_MIN_TESTS = 200
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_numba_cache(request, tmp_path_factory):
+    """On a fresh clone every test cluster's workers compile each kernel they run, several at once; a
+    background process (``_warm_kernels.py``) compiles them into numba's on-disk cache first, on the core
+    the suite leaves idle.  Only for sessions that run most of the suite; ``WORKBENCH_WARM_CACHE=0``
+    turns it off.  It speeds tests up and checks nothing: its log is in the session's temporary folder."""
+    if len(request.session.items) < WARM_MIN_TESTS or os.environ.get("WORKBENCH_WARM_CACHE") == "0":
+        yield
+        return
+    log = tmp_path_factory.mktemp("warm-cache") / "log.txt"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_warm_kernels.py"))], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    yield
+    if proc.poll() is None:   # a session that ended first: stop it and its cluster's processes
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
