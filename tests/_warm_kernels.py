@@ -13,6 +13,7 @@ cache: whatever it does not reach, the tests compile as before, and a failure he
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -82,11 +83,13 @@ def main() -> int:
     failed = 0
     with wb.cluster(n_workers=2, quiet=True) as client:
         for warm in (graphs, fft, knn, ripley, spmm, tridiag):   # the test modules' order
+            t = time.perf_counter()
             try:
                 warm(client)
             except Exception:
                 failed += 1
                 traceback.print_exc()
+            print(f"{warm.__name__}: {time.perf_counter() - t:.1f} s", flush=True)
     return 1 if failed else 0
 
 
