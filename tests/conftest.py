@@ -54,6 +54,10 @@ def _warm_numba_cache(request, tmp_path_factory):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+    elif proc.returncode:     # the tests compiled what it did not; say so rather than slow down unseen
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"conftest: the numba cache warm-up failed (exit {proc.returncode}), see {log}")
 
 
 @pytest.fixture(scope="session")
