@@ -79,6 +79,36 @@ def test_bytes_are_counted(client4):
     assert res == [3 * 8000] * 4
 
 
+def _block_of(comm, rows):
+    return np.full((rows, 3), float(comm.rank)), {"rows": rows}
+
+
+def test_ranks_blocks_are_a_dask_arrays_chunks(client4):
+    # chunk_index keys each rank as a chunk of one array: array_of makes it from the futures (persisting or
+    # computing it runs no task); rank 2 holds no chunk; keys that are not a whole grid are refused
+    from distributed import get_task_stream, wait
+
+    from workbench.partition import array_of
+
+    futs = comms.run_spmd(_block_of, [2, 1, 0, 3], client=client4, publish_info=True,
+                          chunk_index=[(0, 0), (1, 0), None, (2, 0)])
+    comms.wait_group(futs)
+    blocks, infos = comms.split_results(futs)
+    assert [i["rows"] for i in infos] == [2, 1, 0, 3]
+    keep = [blocks[r] for r in (0, 1, 3)]
+    x = array_of(keep, ((2, 1, 3), (3,)), np.float64)
+    with get_task_stream(client4) as ts:
+        wait(client4.persist(x))
+    assert not ts.data
+    assert np.array_equal(x.compute(), np.repeat([0.0, 1.0, 3.0], [2, 1, 3])[:, None] * np.ones(3))
+    with pytest.raises(ValueError, match="one per chunk"):
+        array_of(keep[:2], ((2, 1, 3), (3,)), np.float64)
+    with pytest.raises(ValueError, match="one per chunk"):
+        array_of([blocks[2]], ((1,), (3,)), np.float64)
+    with pytest.raises(ValueError, match="chunk_index"):
+        comms.run_spmd(_block_of, [1] * 4, client=client4, chunk_index=[(0,)])
+
+
 def _fail_on_rank1(comm, _):
     if comm.rank == 1:
         raise ZeroDivisionError("rank 1 exploded")

@@ -768,13 +768,15 @@ _OPS: dict[str, Callable] = {
 
 
 def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeout: float,
-                rank_arg: Any, args: tuple, kwargs: dict, publish_info: bool = False, known: bool = False) -> Any:
+                rank_arg: Any, args: tuple, kwargs: dict, publish_info: bool = False, known: bool = False,
+                key: Any = None) -> Any:
     from distributed import get_worker, secede
 
+    key = str(key or f"spmd-{group}-{rank}")  # the task's key as the worker's log names it
     worker = get_worker()
     _install_handlers(worker)
     if worker.address != addresses[rank]:
-        _QUIET_KEYS.add(f"spmd-{group}-{rank}")  # the client reports the loss (and recovers from it)
+        _QUIET_KEYS.add(key)  # the client reports the loss (and recovers from it)
         raise WorkerLostError(f"rank {rank} of SPMD group {group} ran on {worker.address}, not on "
                               f"{addresses[rank]}: its worker was lost, and a rank cannot rerun without "
                               f"its group (rerun the call that launched it)")
@@ -793,12 +795,12 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
             return out[0]
         return out
     except PeerFailedError:
-        _QUIET_KEYS.add(f"spmd-{group}-{rank}")  # the peer's own error is the one that counts
+        _QUIET_KEYS.add(key)  # the peer's own error is the one that counts
         raise
     except BaseException as e:
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
         if isinstance(e, ValueError | TypeError):  # bad input found on the worker: the client reports it
-            _QUIET_KEYS.add(f"spmd-{group}-{rank}")
+            _QUIET_KEYS.add(key)
         raise
     finally:
         _POST.close(group, rank)
@@ -845,7 +847,8 @@ def _find_pull_peers(comm: Comm) -> tuple[set[int], dict[int, str]]:
 
 def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
              workers: Sequence[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-             name: str | None = None, publish_info: bool = False, **kwargs: Any) -> list:
+             name: str | None = None, publish_info: bool = False,
+             chunk_index: Sequence[tuple[int, ...] | None] | None = None, **kwargs: Any) -> list:
     """Launch ``fn(comm, rank_args[r], *args, **kwargs)`` as one task per rank.
 
     Rank r runs on ``workers[r]`` (default: every worker, sorted).  Futures
@@ -857,6 +860,12 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     future holds just ``block`` and ``info`` (a small dict) travels to the
     client as an event ahead of the task's completion, so
     :func:`split_results` needs no further round trip.
+
+    With ``chunk_index``, rank r's block is chunk ``chunk_index[r]`` of a dask
+    array (``None``: of none): its task key is ``("spmd-<group>", *index)``,
+    a dask array's chunk key, so :func:`workbench.partition.array_of` makes
+    the array from the futures themselves (no alias task runs when it is
+    persisted or computed).
     """
     from distributed import Future  # noqa: F401
 
@@ -869,10 +878,14 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
         raise ValueError(f"rank_args has {len(rank_args)} entries for {len(addresses)} workers")
     group = f"{name or getattr(fn, '__name__', 'spmd')}-{uuid.uuid4().hex[:12]}"
     known = tuple(addresses) in client._workbench_groups
+    if chunk_index is not None and len(chunk_index) != len(addresses):
+        raise ValueError(f"chunk_index has {len(chunk_index)} entries for {len(addresses)} workers")
+    keys = [f"spmd-{group}-{r}" if chunk_index is None or chunk_index[r] is None
+            else (f"spmd-{group}", *(int(i) for i in chunk_index[r])) for r in range(len(addresses))]
     futures = [
         client.submit(_rank_entry, fn, group, r, addresses, timeout, rank_args[r], args, kwargs, publish_info,
-                      known, workers=[addresses[r]], allow_other_workers=False, pure=False,
-                      key=f"spmd-{group}-{r}", retries=0)
+                      known, keys[r], workers=[addresses[r]], allow_other_workers=False, pure=False,
+                      key=keys[r], retries=0)
         for r in range(len(addresses))
     ]
     futures_group = _SPMDFutures(futures, group, addresses, client)

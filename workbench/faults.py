@@ -107,7 +107,7 @@ def kill_in_group(client: Any, group: str, address: str, *, delay: float = 0.0,
     >>> Y = wb.spmm(A, B, client=client); switch.fired()              # doctest: +SKIP
     True
     """
-    pattern = rf"spmd-{re.escape(group)}(-[\w.]+)*-[0-9a-f]{{12}}-\d+$"
+    pattern = rf"spmd-{re.escape(group)}(-[\w.]+)*-[0-9a-f]{{12}}(-\d+)+$"
     switch = KillSwitch(address, int(worker_pids(client)[address]), group)
     try:
         client.run(_arm, pattern, float(delay), float(timeout), workers=[address])
@@ -130,7 +130,8 @@ def _arm(pattern: str, delay: float, timeout: float, dask_worker: Any = None) ->
                 running = [ts.key for ts in list(dask_worker.state.executing) + list(dask_worker.state.long_running)]
             except RuntimeError:  # changed while copied
                 continue
-            if any(match(str(k)) for k in running):
+            # a rank's key: "spmd-<group>-<rank>", or a chunk key ("spmd-<group>", i, j) (run_spmd's chunk_index)
+            if any(match(k if isinstance(k, str) else "-".join(map(str, k))) for k in running):
                 time.sleep(delay)
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.001)

@@ -49,6 +49,7 @@ __all__ = [
     "rows_of",
     "chunk_sources",
     "compute_all",
+    "array_of",
     "as_row_blocks",
     "Lineage",
     "TaskLineage",
@@ -911,6 +912,27 @@ def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) 
         for i, f in zip(idx, futs, strict=True):
             out[i] = f
     return out
+
+
+def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any) -> Any:
+    """A dask array whose chunks are the futures' results, the futures keyed ``(name, *chunk index)`` as
+    :func:`workbench.comms.run_spmd` keys its ranks with ``chunk_index``: the array's graph holds only the
+    futures (as a persisted array's does), so persisting or computing it runs no task.
+
+    Examples
+    --------
+    >>> futs = comms.run_spmd(body, args, client=client, chunk_index=[(0,), (1,)])    # doctest: +SKIP
+    >>> x = array_of(comms.split_results(futs)[0], ((4, 4),), np.float64)            # doctest: +SKIP
+    """
+    import dask.array as da
+
+    chunks = tuple(tuple(int(c) for c in ax) for ax in chunks)
+    names = {f.key[0] if isinstance(f.key, tuple) else None for f in futures}
+    grid = [len(ax) for ax in chunks]
+    index = sorted(tuple(f.key[1:]) for f in futures if isinstance(f.key, tuple))
+    if len(names) != 1 or None in names or index != sorted(np.ndindex(*grid)):
+        raise ValueError(f"futures must be keyed (name, *index), one per chunk of a {tuple(grid)} grid")
+    return da.Array({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
 
 
 def _is_future(obj: Any) -> bool:

@@ -159,7 +159,16 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import RowBlocks, TaskLineage, _scatter_to, block_offsets, chunk_sources, compute_all, resilient
+from ...partition import (
+    RowBlocks,
+    TaskLineage,
+    _scatter_to,
+    array_of,
+    block_offsets,
+    chunk_sources,
+    compute_all,
+    resilient,
+)
 
 # the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
 # re-exports)
@@ -274,7 +283,9 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
     -------
     dask.array.Array
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
-        blocks left on the workers.  ``x.stats["split"]`` says how the work was
+        blocks left on the workers.  For array input each chunk is a rank's
+        own result, as in a persisted array: ``client.persist(x)`` or
+        ``x.compute()`` runs no further task.  ``x.stats["split"]`` says how the work was
         cut: ``"line"`` (each worker a run of every system's rows) or
         ``"batch"`` (each worker whole systems, ``systems_per_worker``).  ``x.stats`` holds ``backend`` (the
         workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
@@ -1018,8 +1029,16 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     cfg["lends"] = lends if any(lends) else None
     rank_args = [(parts[r], spans[r][0], spans[r][1], blocks[r][0], blocks[r][1],
                   None if fused is None else fused[r]) for r in range(P)]
+    cat = spec.nax if split == "line" else 1 - spec.nax    # the axis along which the ranks' blocks meet
+    index = None
+    if spec.source != "rows":
+        # a rank's block is a chunk of the answer: the array is made of the ranks' futures (nothing left
+        # to run when the caller persists or computes it)
+        index = [None] * P
+        for j, r in enumerate(nonempty):
+            index[r] = tuple(j if a == cat else 0 for a in range(spec.b.ndim))
     futs = comms.run_spmd(_tridiag_rank, rank_args, cfg, client=client, workers=addrs, name=f"tridiag-{mode}",
-                          publish_info=True)
+                          publish_info=True, chunk_index=index)
     comms.wait_group(futs)
     xf, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
@@ -1031,12 +1050,11 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
                                             dtype=np.float64) for r in nonempty], axis=0)
         X = _user_layout(X, spec)
     else:
-        cat = spec.nax if split == "line" else 1 - spec.nax
         ext = spans if out_edges is None else [(int(out_edges[r]), int(out_edges[r + 1])) for r in range(P)]
-        X = da.concatenate([da.from_delayed(dask.delayed(xf[r]), dtype=np.float64,
-                                            shape=_block_shape(spec, *ext[r], None if boffs is None else
-                                                               int(boffs[r + 1] - boffs[r])))
-                            for r in nonempty], axis=cat)
+        shapes = [_block_shape(spec, *ext[r], None if boffs is None else int(boffs[r + 1] - boffs[r]))
+                  for r in nonempty]
+        chunks = [tuple(sh[a] for sh in shapes) if a == cat else (shapes[0][a],) for a in range(spec.b.ndim)]
+        X = array_of([xf[r] for r in nonempty], chunks, np.float64)
     ndof = spec.n * V * R
     X.stats = {
         "backend": infos[0]["backend"],
