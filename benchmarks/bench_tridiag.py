@@ -19,7 +19,7 @@ layout.
 
 Extra, labelled rows: the same batch chunked along the batch (whole systems per
 worker), line-major ``(n, batch)`` arrays with ``axis=0``, and
-:func:`random_system`'s line-major RowBlocks (the solver's own layout).
+:func:`random_system`'s line-major RowBlocks (the same matrix in the solver's own layout).
 
 The looped peers (solve_banded, numba Thomas) are timed on the first
 ``peer_batch`` systems of the same input and scaled to the full batch (each

@@ -735,7 +735,7 @@ def test_gtsv_system_is_the_documented_layout(clients):
     # over the workers (or along the batch), line-major with axis=0; bad arguments name themselves
     from distributed import futures_of
 
-    from workbench.kernels.tridiag import gtsv_system
+    from workbench.kernels.tridiag import gtsv_system, random_system
 
     client = clients(2)
     dl, d, du, b = gtsv_system(100, 6, client=client)
@@ -747,6 +747,15 @@ def test_gtsv_system_is_the_documented_layout(clients):
     t = gtsv_system(100, 6, axis=0, client=client)[1]
     assert t.shape == (100, 6) and t.chunks == ((50, 50), (6,)) and np.asarray(t).flags.c_contiguous
     assert gtsv_system(64, None, client=client)[1].chunks == ((32, 32),)
+    # chunk i of all four arrays on one worker (the ranks find their inputs where they run), and the matrix
+    # is random_system's (the solver's line-major layout) for the same seed, whatever the chunking
+    fresh = gtsv_system(100, 6, seed=3, client=client)
+    held = [{f.key[-1]: client.who_has([f])[f.key] for f in futures_of(a)} for a in fresh]
+    assert all(h == held[1] for h in held) and held[1][0] != held[1][1], held
+    lm = [np.asarray(a.to_dask_array()) for a in random_system(100, 6, seed=1, client=client)]
+    assert np.array_equal(np.asarray(dl), lm[0][1:].T) and np.array_equal(np.asarray(du), lm[2][:-1].T)
+    assert np.array_equal(np.asarray(d), lm[1].T) and np.array_equal(np.asarray(b), lm[3].T)
+    assert np.array_equal(np.asarray(gtsv_system(100, 6, along="batch", axis=0, client=client)[1]), lm[1])
     for kw, name in (({"n": 1}, "n"), ({"batch": 0}, "batch"), ({"along": "x"}, "along"), ({"axis": 2}, "axis")):
         with pytest.raises(ValueError, match=name):
             gtsv_system(**{"n": 10, **kw}, client=client)

@@ -487,16 +487,18 @@ def gtsv_system(n: int, batch: int | None = None, *, seed: int = 1, along: str =
     line-major ``(n, batch)``), generated and persisted on the workers (nothing passes the client).
 
     ``along="n"`` chunks the line over the workers (``ceil(n / P)`` columns each), ``along="batch"`` the
-    systems.  Off-diagonals are uniform in ``[-1, 1)``, the diagonal ``2 (|dl| + |du|) + U[0, 1)`` (as
-    :func:`random_system`, whose line-major blocks are the solver's internal layout).  The benchmarks'
-    and the notebook's headline input.
+    systems.  Chunk ``i`` of all four arrays is made on worker ``i``, as a user's arrays computed from one
+    another lie.  The matrix is :func:`random_system`'s for the same ``seed`` (the solver's internal
+    line-major layout): off-diagonals uniform in ``[-1, 1)``, the diagonal ``2 (|dl| + |du|) + U[0, 1)``;
+    the same numbers for any worker count and chunking.  The benchmarks' and the notebook's headline input.
 
     Examples
     --------
     >>> dl, d, du, b = gtsv_system(4096, 16384, client=client)          # doctest: +SKIP
     >>> x = wb.tridiag_solve(dl, d, du, b)                              # doctest: +SKIP
     """
-    import dask.array as da
+    import uuid
+
     from distributed import wait
 
     if not isinstance(n, int | np.integer) or n < 2:
@@ -508,27 +510,55 @@ def gtsv_system(n: int, batch: int | None = None, *, seed: int = 1, along: str =
     if axis not in (0, -1, 1):
         raise ValueError(f"axis must be 0 or -1, got {axis!r}")
     client = default_client(client)
-    P = len(_addresses(client))
-    shape = (n,) if batch is None else (batch, n)
-    rng = da.random.default_rng(seed)
-    ch_n = -(-n // P) if along == "n" or batch is None else n
-    chunks = (ch_n,) if batch is None else ((batch, ch_n) if along == "n" else (-(-batch // P), n))
-    off = shape[:-1] + (n - 1,)
-    dl = rng.uniform(-1, 1, off, chunks=chunks)
-    du = rng.uniform(-1, 1, off, chunks=chunks)
-    pad = [(0, 0)] * (len(shape) - 1)
-    d = (2 * (da.pad(abs(dl), pad + [(1, 0)]) + da.pad(abs(du), pad + [(0, 1)]))
-         + rng.random(shape, chunks=chunks)).rechunk(chunks)
-    b = rng.random(shape, chunks=chunks)
-    out = [dl, d, du, b]
-    if axis == 0 and batch is not None:
-        # C-ordered line-major chunks (a bare .T would leave each chunk a transposed view: the gtsv layout's
-        # memory under a line-major shape)
-        out = [a.T.rechunk((ch_n, batch) if along == "n" else (n, -(-batch // P))).map_blocks(np.ascontiguousarray)
-               for a in out]
-    out = client.persist(out)
-    wait(out)
+    addrs = _addresses(client)
+    P = len(addrs)
+    n = int(n)
+    V = 1 if batch is None else int(batch)
+    by_n = along == "n" or batch is None
+    ch_n, ch_v = (-(-n // P), V) if by_n else (n, -(-V // P))
+    cols = [list(range(0, m, ch_n)) + [m] for m in (n - 1, n, n - 1, n)]    # chunk edges along the line
+    systems = list(range(0, V, ch_v)) + [V]
+    token = uuid.uuid4().hex[:12]
+    futs: list[list] = [[] for _ in range(4)]
+    for i in range(len(cols[1]) - 1):
+        for j in range(len(systems) - 1):
+            c0, c1, s0, s1 = cols[1][i], cols[1][i + 1], systems[j], systems[j + 1]
+            w = [addrs[(i if by_n else j) % P]]
+            blocks = client.submit(_gtsv_chunk, n, batch, seed, c0, c1, s0, s1, axis == 0, workers=w,
+                                   allow_other_workers=True, pure=False)
+            for k in range(4):
+                if c0 < cols[k][-1]:   # dl and du have n - 1 columns: one chunk fewer when they end at c0
+                    idx = (i,) if batch is None else ((i, j) if axis == 0 else (j, i))
+                    futs[k].append(client.submit(operator.getitem, blocks, k, key=(f"gtsv-{token}-{k}", *idx),
+                                                 workers=w, allow_other_workers=True))
+    wait([f for fs in futs for f in fs])
+    out = []
+    for k in range(4):
+        line = tuple(np.diff(cols[k]))
+        chunks = (line,) if batch is None else ((line, tuple(np.diff(systems))) if axis == 0 else
+                                                (tuple(np.diff(systems)), line))
+        out.append(array_of(futs[k], chunks, np.float64))
     return tuple(out)
+
+
+def _gtsv_chunk(n: int, batch: int | None, seed: int, c0: int, c1: int, s0: int, s1: int,
+                line_major: bool) -> tuple:
+    """gtsv_system's blocks for columns ``c0:c1`` of the line and systems ``s0:s1``: random_system's rows,
+    made in slabs (the lower diagonal's column j is row j + 1's entry, so the slab reaches one row on)."""
+    hi = min(c1 + 1, n)
+    out = [np.empty((hi - c0, s1 - s0)) for _ in range(4)]
+    slab = 256
+    for r0 in range(c0, hi, slab):
+        r1 = min(r0 + slab, hi)
+        parts = _random_rank(None, (r0, r1), batch, None, 2.0, seed)
+        for k, a in enumerate(parts):
+            out[k][r0 - c0:r1 - c0] = a.reshape(r1 - r0, -1)[:, s0:s1]
+    m = c1 - c0
+    e = min(c1, n - 1) - c0              # the off-diagonals' columns in this chunk
+    rows = (out[0][1:e + 1], out[1][:m], out[2][:e], out[3][:m])
+    if batch is None:
+        return tuple(np.ascontiguousarray(r[:, 0]) for r in rows)
+    return tuple(np.ascontiguousarray(r if line_major else r.T) for r in rows)
 
 
 def thomas_reference(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray) -> np.ndarray:
