@@ -50,6 +50,7 @@ __all__ = [
     "chunk_sources",
     "compute_all",
     "array_of",
+    "settle",
     "as_row_blocks",
     "Lineage",
     "TaskLineage",
@@ -933,6 +934,32 @@ def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any
     if len(names) != 1 or None in names or index != sorted(np.ndindex(*grid)):
         raise ValueError(f"futures must be keyed (name, *index), one per chunk of a {tuple(grid)} grid")
     return da.Array({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
+
+
+def settle(client: Any, homes: dict[str, Sequence[Any]]) -> None:
+    """Leave each key of ``homes[worker]`` on that worker alone: drop its copies elsewhere (never the last
+    one, nor one the worker does not hold).
+
+    A kernel whose ranks pulled a caller's chunk from another worker calls it after the group: the chunk
+    then lives where its rank runs.  Left as two copies, the active memory manager drops one of them (the
+    copy on the fuller worker), often the rank's, and the next call pulls the chunk again.
+
+    Examples
+    --------
+    >>> settle(client, {worker: [chunk_key]})                               # doctest: +SKIP
+    """
+    client.run_on_scheduler(_settle, {a: list(ks) for a, ks in homes.items()})
+
+
+def _settle(homes: dict[str, list], dask_scheduler: Any = None) -> None:
+    for addr, keys in homes.items():
+        ws = dask_scheduler.workers.get(addr)
+        for key in keys:
+            ts = dask_scheduler.tasks.get(key)
+            if ws is None or ts is None or not ts.who_has or ws not in ts.who_has:
+                continue
+            for other in [w.address for w in ts.who_has if w is not ws]:
+                dask_scheduler.request_remove_replicas(other, [key], stimulus_id=f"workbench-settle-{time.time()}")
 
 
 def _is_future(obj: Any) -> bool:

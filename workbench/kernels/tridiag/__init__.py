@@ -168,6 +168,7 @@ from ...partition import (
     chunk_sources,
     compute_all,
     resilient,
+    settle,
 )
 
 # the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
@@ -866,13 +867,14 @@ def _line_major_host(a: np.ndarray, batched: bool, rhs: bool = False, b_ndim: in
     return a.T
 
 
-def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str], np.ndarray | None]:
-    """Per-rank inputs, the rank offsets along the line, the workers, and the batch offsets when each
-    worker holds whole systems (``None``: the line is split)."""
+def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str], np.ndarray | None, dict]:
+    """Per-rank inputs, the rank offsets along the line, the workers, the batch offsets when each
+    worker holds whole systems (``None``: the line is split), and the caller's chunks that move to a
+    rank's worker (by worker)."""
     if spec.source == "rows":
         parts = ([spec.b.parts] if spec.compact else [spec.dl.parts, spec.d.parts, spec.du.parts, spec.b.parts])
         return [tuple(p[r] for p in parts) for r in range(len(spec.b.parts))], np.asarray(spec.b.offsets), \
-            list(spec.b.workers), None
+            list(spec.b.workers), None, {}
     if spec.source == "host":
         return _place_host(spec, client)
     return _place_dask(spec, client)
@@ -904,7 +906,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
         boffs = block_offsets(spec.V, P)
         out = [tuple([(-sh, _scatter_to(client, np.ascontiguousarray(a[boffs[r]:boffs[r + 1]]), addrs[r]))]
                      for a, sh in _inputs(spec)) for r in range(P)]
-        return out, np.array([0, n], np.int64), addrs, boffs
+        return out, np.array([0, n], np.int64), addrs, boffs, {}
     offs = _rank_offsets(n, P, spec.V)
     out = []
     for r in range(P):
@@ -915,7 +917,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
             piece = np.ascontiguousarray(_cols(a, lax, c0, max(c0, c1)))
             ins.append([(c0 - sh - lo, _scatter_to(client, piece, addrs[r]))])
         out.append(tuple(ins))
-    return out, offs, addrs, None
+    return out, offs, addrs, None, {}
 
 
 def _holders(client: Any, keys: list) -> list[set]:
@@ -927,9 +929,10 @@ def _holders(client: Any, keys: list) -> list[set]:
     return [set(got.get(k, ())) for k in keys]
 
 
-def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> list[str]:
+def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> tuple[list[str], dict[str, list]]:
     """A worker per rank, preferring the one that already holds the rank's chunks (so the blocks do not
-    move); ``want[r]``: the keys rank ``r`` reads with their sizes."""
+    move), and the chunks that move there (in memory on other workers only, read by this rank alone), by
+    worker; ``want[r]``: the keys rank ``r`` reads with their sizes."""
     keys = list({k for w in want for k, _ in w})
     held = dict(zip(keys, _holders(client, keys), strict=True))
     free, out = list(addrs), []
@@ -938,7 +941,10 @@ def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> list[str]:
         best = max(free, key=lambda a: (score[a], -free.index(a)))
         out.append(best)
         free.remove(best)
-    return out
+    takers = collections.Counter(k for w in want for k in {k for k, _ in w})
+    moved = {a: [k for k, _ in w if held[k] and a not in held[k] and takers[k] == 1]
+             for a, w in zip(out, want, strict=True)}
+    return out, {a: ks for a, ks in moved.items() if ks}
 
 
 def _place_dask(spec: _Spec, client: Any) -> tuple:
@@ -962,12 +968,12 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         blocks = [np.moveaxis(chunk_sources(a), bax, 0).reshape(-1) for a, _ in arrays]
         want = [[(blocks[k][c].key, int(bounds[c + 1] - bounds[c])) for k in range(len(arrays))
                  for c in range(cuts[r], cuts[r + 1])] for r in range(P)]
-        ws = _rank_workers(client, want, addrs)
+        ws, moved = _rank_workers(client, want, addrs)
         where = [(k, r, c) for r in range(P) for k in range(len(arrays)) for c in range(cuts[r], cuts[r + 1])]
         futs = dict(zip(where, compute_all(client, [(blocks[k][c], [ws[r]]) for k, r, c in where]), strict=True))
         out = [tuple([(-sh, futs[k, r, c]) for c in range(cuts[r], cuts[r + 1])] for k, (_, sh) in enumerate(arrays))
                for r in range(P)]
-        return out, np.array([0, n], np.int64), ws, boffs
+        return out, np.array([0, n], np.int64), ws, boffs, moved
     offs = _rank_offsets(n, len(addrs), spec.V)
     P = len(addrs)
     plans = []   # per input: per rank: [(local start row, delayed piece, key, width)]
@@ -1003,7 +1009,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                     per_rank[r][i] = (p[0], Borrow(*whole[p[4][0]], *p[4][1:]), None, p[3])
         plans.append(per_rank)
     want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
-    ws = _rank_workers(client, want, addrs)
+    ws, moved = _rank_workers(client, want, addrs)
     # a whole chunk runs (if it is not in memory) only on its rank's worker, a cut beside its chunk; a cut
     # of a chunk that another rank takes whole is lent by that rank inside the group (no task to wait for)
     where = [(k, r, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[k][r]))
@@ -1012,7 +1018,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                                                 for k, r, i in where]), strict=True))
     out = [tuple([(p[0], p[1] if isinstance(p[1], Borrow) else futs[k, r, i]) for i, p in enumerate(plans[k][r])]
                  for k in range(len(arrays))) for r in range(P)]
-    return out, offs, ws, None
+    return out, offs, ws, None, moved
 
 
 def _run(spec: _Spec, client: Any, mode: str) -> Any:
@@ -1020,7 +1026,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     import dask.array as da
 
     t0 = time.perf_counter()
-    parts, offs, addrs, boffs = _place(spec, client)
+    parts, offs, addrs, boffs, moved = _place(spec, client)
     P = len(addrs)
     grid = block_grid(spec.n, spec.V)
     split = "line" if boffs is None else "batch"
@@ -1072,6 +1078,9 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     comms.wait_group(futs)
     xf, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
+    if moved:
+        # the chunks pulled to their ranks stay there, alone: the next call finds them in place
+        settle(client, moved)
     if matrix is not None and "halo_probed" in infos[0]:
         _remember_halo(matrix, infos[0]["halo_probed"])
     R, V = spec.R, spec.V
