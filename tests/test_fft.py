@@ -8,6 +8,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from _sim import run_in_simulator
+from distributed import get_task_stream, wait
 
 import workbench as wb
 from workbench.kernels.fft import distributed_random, validate_fft
@@ -66,6 +67,10 @@ def test_round_trip_stays_distributed(clients, n_workers, decomposition):
     x = _data((8, 10, 7), seed=3)
     kw = {"decomposition": decomposition, "client": client}
     F = wb.fftn(x, **kw)
+    with get_task_stream(client) as persisting:
+        wait(client.persist(F))           # F's chunks are the ranks' own results: persisting it runs nothing
+    assert not persisting.data, persisting.data
+    assert np.prod(F.numblocks) == np.prod(F.stats["grid"])   # one chunk per rank
     back = wb.ifftn(F, **kw)
     # the transposed output layout is used in place: no redistribution, no extra transposes
     assert not back.stats["input_redistributed"]

@@ -46,7 +46,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace
 from ...cluster import backend_of, default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, block_offsets, resilient
+from ...partition import BlockGrid, RowBlocks, array_of, block_offsets, resilient
 from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
 from .ranks import _fft_rank
 
@@ -324,12 +324,14 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     P = max(1, math.prod(plan.grid))
     t0 = time.perf_counter()
     rank_args, workers = _place_input(client, x, plan, native, addrs[:P] if P <= len(addrs) else addrs, rows)
+    index, chunks = _output_grid(plan)
     futs = comms.run_spmd(_fft_rank, rank_args, plan, client=client, workers=workers, name=f"fft-{kind}",
-                          publish_info=True)
+                          publish_info=True, chunk_index=index)
     comms.wait_group(futs)
     blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
-    out = _assemble_output(blocks, plan)
+    # the ranks' blocks are the answer's chunks: persisting or computing it runs no task of its own
+    out = array_of(blocks, chunks, plan.out_dtype)
     for i, a in zip(infos, workers, strict=True):
         i["worker"] = a
     out.stats = {
@@ -431,21 +433,17 @@ def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[s
     return [("pieces", p) for p in pieces], list(addrs)
 
 
-def _assemble_output(blocks: list, plan: FFTPlan) -> Any:
-    import dask
-    import dask.array as da
-
+def _output_grid(plan: FFTPlan) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Each rank's chunk index in the answer, and the answer's chunks: rank r holds the block of its grid
+    coordinates in the plan's last layout."""
     shape = plan.out_shape
-    lay = plan.layouts[-1]
-    nb = [1] * len(shape)
-    for a, offs in lay:
-        nb[a] = len(offs) - 1
-    grid_blocks = np.empty(nb, dtype=object)
-    for r, f in enumerate(blocks):
-        box = _rank_box(r, plan, len(plan.layouts) - 1, shape)
+    chunks = [(n,) for n in shape]
+    for a, offs in plan.layouts[-1]:
+        chunks[a] = tuple(int(hi - lo) for lo, hi in zip(offs[:-1], offs[1:], strict=True))
+    index = []
+    for r in range(max(1, math.prod(plan.grid))):
         idx = [0] * len(shape)
-        for (a, _), c in zip(lay, _rank_coords(r, plan.grid), strict=True):
+        for (a, _), c in zip(plan.layouts[-1], _rank_coords(r, plan.grid), strict=True):
             idx[a] = c
-        bshape = tuple(hi - lo for lo, hi in box)
-        grid_blocks[tuple(idx)] = da.from_delayed(dask.delayed(f), shape=bshape, dtype=plan.out_dtype)
-    return da.block(grid_blocks.tolist()) if len(blocks) > 1 else grid_blocks.ravel()[0]
+        index.append(tuple(idx))
+    return index, chunks
