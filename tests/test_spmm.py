@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from _sim import run_in_simulator
+from distributed import get_task_stream, wait
 
 import workbench as wb
 from workbench.kernels.spmm import ALGORITHMS, _split_tiles_nb, _split_tiles_xp, validate_spmm
@@ -46,6 +47,9 @@ def test_spmm_every_algorithm_matches_scipy(clients, n_workers):
             C = wb.spmm(A, B, algorithm=algorithm, grid=grid, client=client)
             stats = C.stats
             assert C.shape == (A.shape[0], k)
+            with get_task_stream(client) as persisting:
+                wait(client.persist(C))   # C's tiles are the ranks' own results: persisting it runs nothing
+            assert not persisting.data, (algorithm, grid, persisting.data)
             res = validate_spmm(A, B, C, rtol=1e-12)
             assert res["ok"], (algorithm, grid, k, res)
             assert stats["algorithm"] == algorithm and stats["n_workers"] == n_workers
@@ -336,7 +340,6 @@ def test_dask_b_row_chunks_used_where_they_live(clients, n_workers, monkeypatch)
     worker count nor A's blocks).  Every algorithm multiplies B's chunks where they live (no rechunk into row
     blocks), and A's tiles prepared for one placement of B's chunks are not reused for another."""
     import dask.array as da
-    from distributed import wait
 
     from workbench.cluster import worker_addresses
     from workbench.kernels import spmm as ks

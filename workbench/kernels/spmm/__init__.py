@@ -55,7 +55,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, block_offsets, distribute, resilient, rows_of
+from ...partition import BlockGrid, RowBlocks, array_of, block_offsets, distribute, resilient, rows_of
 from .cpu import _split_tiles_nb  # noqa: F401  (re-exported, with _split_tiles_xp: tests compare the two)
 from .ranks import (
     _Layout,
@@ -132,12 +132,15 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     if isinstance(A, RowBlocks | BlockGrid):
         a_args, reused = _prepared_tiles(A, lay, a_args, client)  # cut once per distributed A and placement of B
     rank_args = [(a_args[r], b_args[r]) for r in range(P)]
+    # rank r's block is tile (r // nJ, r % nJ) of C: the answer is made of the ranks' futures (nothing left to
+    # run when the caller persists or computes it), their infos published as they finish
     futs = comms.run_spmd(_spmm_rank, rank_args, lay, plan["algorithm"], plan["check_finite"], seed,
-                          client=client, workers=lay.workers, name=f"spmm-{plan['algorithm']}")
+                          client=client, workers=lay.workers, name=f"spmm-{plan['algorithm']}",
+                          publish_info=True, chunk_index=[lay.c_tile(r) for r in range(P)])
     comms.wait_group(futs)
     blocks, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
-    C = _as_dask_array(blocks, lay, plan["dtype"])
+    C = array_of(blocks, (tuple(np.diff(lay.roffs)), tuple(np.diff(lay.joffs))), plan["dtype"])
     _remember_finite(A, plan["check_finite"][0])
     _remember_finite(B, plan["check_finite"][1])
     C.stats = _spmm_stats(infos, lay, plan, seconds)
@@ -504,20 +507,6 @@ def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> tuple[li
             for r in range(lay.size)]
     cache[ck] = futs
     return list(futs), False
-
-
-def _as_dask_array(blocks: list, lay: _Layout, dtype: Any) -> Any:
-    import dask
-    import dask.array as da
-
-    rows = []
-    for i in range(lay.nI):
-        row = []
-        for j in range(lay.nJ):
-            shape = (int(lay.roffs[i + 1] - lay.roffs[i]), int(lay.joffs[j + 1] - lay.joffs[j]))
-            row.append(da.from_delayed(dask.delayed(blocks[lay.owner_c(i, j)]), shape=shape, dtype=dtype))
-        rows.append(row)
-    return da.block(rows)
 
 
 def _spmm_stats(infos: list[dict], lay: _Layout, plan: dict, seconds: float) -> dict:
