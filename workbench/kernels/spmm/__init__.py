@@ -192,7 +192,7 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = No
     lay = _Layout("1d", workers, Ad.offsets, np.asarray(Bd.offsets), np.array([0, B.shape[1]]),
                   grid=(len(workers), 1))
     futs = comms.run_spmd(_spgemm_rank, [(a, b) for a, b in zip(Ad.parts, Bd.parts, strict=True)], lay,
-                          plan["check_finite"], client=client, workers=workers, name="spgemm")
+                          plan["check_finite"], client=client, workers=workers, name="spgemm", publish_info=True)
     comms.wait_group(futs)
     parts, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
