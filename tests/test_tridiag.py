@@ -787,6 +787,7 @@ def test_gtsv_system_is_the_documented_layout(clients):
     assert np.array_equal(np.asarray(dl), lm[0][1:].T) and np.array_equal(np.asarray(du), lm[2][:-1].T)
     assert np.array_equal(np.asarray(d), lm[1].T) and np.array_equal(np.asarray(b), lm[3].T)
     assert np.array_equal(np.asarray(gtsv_system(100, 6, along="batch", axis=0, client=client)[1]), lm[1])
-    for kw, name in (({"n": 1}, "n"), ({"batch": 0}, "batch"), ({"along": "x"}, "along"), ({"axis": 2}, "axis")):
+    for kw, name in (({"n": 1}, "n"), ({"batch": 0}, "batch"), ({"along": "x"}, "along"), ({"axis": 2}, "axis"),
+                     ({"axis": True}, "axis")):
         with pytest.raises(ValueError, match=name):
             gtsv_system(**{"n": 10, **kw}, client=client)

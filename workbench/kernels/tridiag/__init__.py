@@ -508,8 +508,8 @@ def gtsv_system(n: int, batch: int | None = None, *, seed: int = 1, along: str =
         raise ValueError(f"batch must be a positive int or None, got {batch!r}")
     if along not in ("n", "batch"):
         raise ValueError(f"along must be 'n' or 'batch', got {along!r}")
-    if axis not in (0, -1, 1):
-        raise ValueError(f"axis must be 0 or -1, got {axis!r}")
+    if isinstance(axis, bool) or axis not in (0, -1, 1):
+        raise ValueError(f"axis must be 0 (line-major) or -1 (gtsv's (batch, n); 1 is the same axis), got {axis!r}")
     client = default_client(client)
     addrs = _addresses(client)
     P = len(addrs)
