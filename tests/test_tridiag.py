@@ -582,6 +582,10 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
         assert np.array_equal(got, first), name
     assert cases["host"][0].stats["split"] == "batch" and cases["dask along batch"][0].stats["split"] == "batch"
     assert cases["dask along n"][0].stats["split"] == "line"
+    # a rank over three or more chunks solves them in place, in runs of blocks joined as ranks are
+    assert cases["dask along n, ragged"][0].stats["gtsv_in_place"] is True
+    assert cases["dask along n"][0].stats["gtsv_in_place"] is True
+    assert cases["dask axis=0 along n"][0].stats["gtsv_in_place"] is None
 
 
 def test_layouts_on_the_two_pass_path_and_several_rhs(clients):

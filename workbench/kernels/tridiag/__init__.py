@@ -99,10 +99,13 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   sub-diagonal's one entry per system, or chunks cut elsewhere), the rank that
   holds that chunk lends those columns inside the group, or, when no rank takes
   the chunk whole, they are cut beside the chunk and only they travel; a rank
-  whose rows span three or more chunks of an input copies them into one
-  block.  Dask arrays chunked along the batch (rechunked to
-  ``b``'s chunks of systems where the inputs differ), and host batches of at
-  least 8 systems per worker, give each worker whole systems: no exchange at
+  whose rows span three or more chunks of an input solves its blocks of the
+  line in runs that each read two chunks at most, joined as ranks are (the
+  same bits); only where one block (~340 rows at n = 4096) reaches into three
+  chunks are they copied into one block first (``stats["gtsv_in_place"]``
+  says which).  Dask arrays chunked along the batch (rechunked to ``b``'s
+  chunks of systems where the inputs differ), and host batches of at least
+  8 systems per worker, give each worker whole systems: no exchange at
   all (the blocks along the line are the same, so are the answers).  Host
   arrays travel to the workers on every call.  Several right-hand sides, fewer
   than 8 systems, non-decaying couplings (the two-pass path), the compact
@@ -292,7 +295,10 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
         workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
         ``bandwidth_gbps`` (the paper's ``5 * ndof * 8 B / t``), ``bytes_moved``,
         ``blocks``, ``reduced`` (the mode used), ``truncation_coupling``,
-        ``path`` (``"fused"`` single pass or ``"two-pass"``), ``halo_rows`` (the
+        ``path`` (``"fused"`` single pass or ``"two-pass"``), ``gtsv_in_place``
+        (``(batch, n)`` input: True when every rank's fused pass read its chunks
+        where they lie, False when they were copied into line-major blocks
+        first; None for other layouts), ``halo_rows`` (the
         fused pass's halo), per-phase times (``phase_seconds``: the slowest
         rank's; ``rank_phase_seconds``: each rank's) and ``rank_spans``, each
         rank's ``(start, end)`` on ``time.perf_counter`` (a clock shared by the
@@ -1109,6 +1115,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "truncation_coupling": infos[0]["tau"],
         "engine": infos[0]["engine"],
         "path": infos[0]["path"],
+        "gtsv_in_place": None if infos[0]["gtsv_in_place"] is None else all(i["gtsv_in_place"] for i in infos),
         "halo_rows": infos[0].get("halo"),
         "halo_from": None if fused is None else ("probe" if cfg["halo"] == _PROBE else "cache"),
         "phase_seconds": {k: max(i["phases"][k] for i in infos) for k in infos[0]["phases"]},

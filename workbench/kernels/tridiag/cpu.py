@@ -1063,12 +1063,16 @@ def fused_batch_kernel(dl, dl2, d, d2, du, du2, b, b2, r0, starts, lens, x, VS, 
     # Each input comes as up to two blocks of columns (a dask chunk and the few columns of its neighbour
     # that the rank's rows reach into, or gtsv's sub-diagonal entry a rank's neighbour holds), read where
     # they lie: input k's blocks start at local rows r0[2k], r0[2k + 1]; rows neither covers are 0 (gtsv's
-    # missing corners).  A last, narrow panel is padded with unit rows (finite padding systems).
+    # missing corners).  A last, narrow panel is padded with unit rows (finite padding systems).  Only the
+    # blocks' rows of x are written: a run of a rank's blocks is joined to the next as between ranks.
     V, m = x.shape
     S = starts.size
     Lmax = 1
     for s_ in range(S):
         Lmax = max(Lmax, lens[s_])
+    # x's columns this call writes: its blocks' rows (a rank's line may be solved in runs of blocks)
+    first = starts[0]
+    end = starts[S - 1] + lens[S - 1]
     sin = np.empty((4, Lmax, Vt))
     sx = np.empty((m, Vt))
     vs = np.empty((H, Vt))
@@ -1123,7 +1127,7 @@ def fused_batch_kernel(dl, dl2, d, d2, du, du2, b, b2, r0, starts, lens, x, VS, 
             for t_ in range(H):
                 for v in range(Vt):
                     wprev[t_, v] = ws[t_, v]
-        store_panel_kernel(sx, x, v0, vn)
+        store_panel_kernel(sx[first:end], x[:, first:end], v0, vn)
         for v in range(vn):
             edge[2, v0 + v] = eprev[2, v]
             edge[3, v0 + v] = eprev[3, v]

@@ -61,8 +61,9 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         m = hi - lo
         vs = [int(p.shape[1 - cfg["nax"]]) for _, p in raw[-1]] if cfg["batched"] else [1]
         cfg["V"] = sum(vs) if cfg["split"] == "batch" else vs[0]
-        groups = _gtsv_groups(raw, cfg) if (cfg["mode"] == "solve" and cfg["local"] == "numba" and cfg["batched"]
-                                           and cfg["nax"] == 1 and cfg["R"] == 1 and fused is not None) else None
+        groups = _gtsv_groups(raw, cfg, fused) if (cfg["mode"] == "solve" and cfg["local"] == "numba"
+                                                   and cfg["batched"] and cfg["nax"] == 1 and cfg["R"] == 1
+                                                   and fused is not None) else None
         if groups is not None:
             # the gtsv layout's own fused pass on the blocks as they lie: panels of systems transposed in
             # cache, x written in the caller's layout
@@ -106,7 +107,9 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         phases["realign"] = time.perf_counter() - t
     synchronize(x)
     t1 = time.perf_counter()
-    info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind)
+    info.update(seconds=t1 - t0, phases=phases, bytes_sent=comm.stats["bytes_sent"], span=(t0, t1), backend=kind,
+                gtsv_in_place=(groups is not None and info.get("path") == "fused")
+                if cfg["form"] != "rows" and cfg["nax"] == 1 and cfg["batched"] else None)
     info.pop("fallback", None)
     return x, info
 
@@ -231,21 +234,48 @@ def _realign(comm: Any, x: Any, lo: int, hi: int, cfg: dict, room: tuple | None)
                           axis=ax)
 
 
-def _gtsv_groups(raw: list, cfg: dict) -> list | None:
-    """The gtsv fused pass's kernel calls on the blocks as they lie: ``[(v0, inputs)]``, each input up to
-    two ``(first row, block)`` pieces of the same systems ``v0..``; None when the blocks do not fit that
-    (then they are copied into one block per input).  Along the line a rank's input is a chunk plus at most
-    the few columns of its neighbour that the rank reaches into; along the batch, one call per chunk of
-    systems when all four inputs are chunked alike."""
+def _gtsv_groups(raw: list, cfg: dict, blocks: tuple) -> list | None:
+    """The gtsv fused pass's kernel calls on the blocks as they lie: ``[(v0, runs)]``, each run
+    ``(s0, s1, inputs)`` the rank's fused blocks ``s0..s1-1`` with each input as at most two ``(first row,
+    block)`` pieces of the same systems ``v0..``; None when the blocks do not fit that (then they are
+    copied into one block per input).  Along the line a rank's input is a chunk plus at most the few
+    columns of its neighbour that the rank reaches into, or, where a rank's rows span three or more chunks,
+    runs of blocks that each reach into two at most (joined as ranks are); along the batch, one call per
+    chunk of systems when all four inputs are chunked alike."""
+    S = len(blocks[0])
     if cfg["split"] == "batch":
         sizes = [[int(p.shape[0]) for _, p in pieces] for pieces in raw]
         if any(sz != sizes[-1] for sz in sizes):
             return None
         v0s = np.concatenate([[0], np.cumsum(sizes[-1])[:-1]]).astype(np.int64)
-        return [(int(v0s[c]), [[pieces[c]] for pieces in raw]) for c in range(len(sizes[-1]))]
-    if any(len(pieces) > 2 for pieces in raw):
-        return None
-    return [(0, [sorted(pieces, key=lambda q: q[0]) for pieces in raw])]
+        return [(int(v0s[c]), [(0, S, [[pieces[c]] for pieces in raw])]) for c in range(len(sizes[-1]))]
+    runs = _block_runs(raw, *blocks)
+    return None if runs is None else [(0, runs)]
+
+
+def _block_runs(raw: list, starts: np.ndarray, lens: np.ndarray) -> list | None:
+    """The fewest runs of consecutive blocks over whose rows every input is at most two pieces (the
+    kernel's limit), each input's pieces sorted by first row; None when a single block reaches into more
+    (chunks narrower than a block) or into none."""
+    def over(pieces: list, a: int, z: int) -> list:
+        return sorted((q for q in pieces if q[0] < z and q[0] + q[1].shape[1] > a), key=lambda q: q[0])
+
+    def fits(s0: int, s1: int) -> list | None:
+        a, z = int(starts[s0]), int(starts[s1 - 1] + lens[s1 - 1])
+        ins = [over(pieces, a, z) for pieces in raw]
+        return ins if all(1 <= len(q) <= 2 for q in ins) else None
+
+    runs, s0, S = [], 0, len(starts)
+    while s0 < S:
+        ins = fits(s0, s0 + 1)
+        if ins is None:
+            return None
+        s1 = s0 + 1
+        while s1 < S and (more := fits(s0, s1 + 1)) is not None:
+            s1, ins = s1 + 1, more
+        runs.append((s0, s1, ins))
+        s0 = s1
+    return runs
 
 
 def _along(ax: int, ndim: int, i0: int, i1: int) -> tuple:
@@ -359,7 +389,7 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
         def probe() -> int | None:
             upto = min(_PROBE_ROWS[1], int(lens[0]))
             if gtsv:  # the first rows of every group's systems, line-major (a small copy)
-                heads = [[(r0, p[:, :upto - r0]) for _, ins in arrays for r0, p in ins[k] if r0 < upto]
+                heads = [[(r0, p[:, :upto - r0]) for _, runs in arrays for r0, p in runs[0][2][k] if r0 < upto]
                          for k in range(3)]
                 co = [_to_line_major(*_assemble(h, upto, cfg), upto, cfg, rhs=False) for h in heads]
             else:
@@ -386,19 +416,34 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
     if gtsv:
         buf, pre = gtsv
         x = buf[:, pre:pre + m]
-        for v0, ins in arrays:
-            blocks, r0 = [], []
-            for pieces in ins:
-                (ra, a), (rb, b2) = pieces[0], pieces[1] if len(pieces) > 1 else (0, np.empty((1, 0)))
-                blocks += _c(a, b2)
-                r0 += [ra, rb]
-            vn = int(ins[-1][0][1].shape[0])
-            whole = vn == V
-            vs_, ws_, ed_ = (VS, WS, edge) if whole else (np.zeros((H, vn)), np.zeros((H, vn)), np.zeros((4, vn)))
-            cpu.fused_batch_kernel(*blocks, np.array(r0, np.int64), *_i(starts, lens), x[v0:v0 + vn], vs_, ws_,
-                                   ed_, chk, tau, min(vn, _BATCH_PANEL), _FUSED_WINDOW, H)
-            if not whole:
-                VS[:, v0:v0 + vn], WS[:, v0:v0 + vn], edge[:, v0:v0 + vn] = vs_, ws_, ed_
+        for v0, runs in arrays:
+            vn = int(runs[0][2][-1][0][1].shape[0])
+            xv = x[v0:v0 + vn]
+            prev, mine = None, vn == V and len(runs) == 1    # mine: the kernel fills VS, WS, edge itself
+            for s0, s1, ins in runs:
+                blocks, r0 = [], []
+                for pieces in ins:
+                    (ra, a), (rb, b2) = pieces[0], pieces[1] if len(pieces) > 1 else (0, np.empty((1, 0)))
+                    blocks += _c(a, b2)
+                    r0 += [ra, rb]
+                vs_, ws_, ed_ = (VS, WS, edge) if mine else (np.zeros((H, vn)), np.zeros((H, vn)), np.zeros((4, vn)))
+                cpu.fused_batch_kernel(*blocks, np.array(r0, np.int64), *_i(starts[s0:s1], lens[s0:s1]), xv, vs_,
+                                       ws_, ed_, chk, tau, min(vn, _BATCH_PANEL), _FUSED_WINDOW, H)
+                if prev is None:
+                    if not mine:
+                        VS[:, v0:v0 + vn], edge[:2, v0:v0 + vn] = vs_, ed_[:2]
+                else:
+                    # (previous run's last block | this run's first): the interface the kernel solves between
+                    # its own blocks, with the same helpers (the same bits); singular sends the solve to the
+                    # two-pass path, as inside the kernel
+                    i0, (pws, ped), bad = int(starts[s0]), prev, np.zeros(1)
+                    cpu.fused_fix_batch_kernel(xv, i0 - H, pws, ped[2], ped[3], ed_[0], ed_[1], 1, bad)
+                    cpu.fused_fix_batch_kernel(xv, i0, vs_, ped[2], ped[3], ed_[0], ed_[1], 0, bad)
+                    if bad[0]:
+                        tau[0] = np.inf
+                prev = (ws_, ed_)
+            if not mine:
+                WS[:, v0:v0 + vn], edge[2:, v0:v0 + vn] = prev[0], prev[1][2:]
         xcol = x
     else:
         dl, d, du, b = arrays
