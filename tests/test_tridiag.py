@@ -765,6 +765,37 @@ def test_a_chunk_pulled_to_its_rank_stays_there(clients):
     _close(x1, _oracle(*host))
 
 
+@pytest.mark.parametrize("edges, P, want", [
+    ((0, 3000, 4096), 2, (0, 3072, 4096)),          # the twelfth nearest the chunk edge: 72 rows borrowed, not 952
+    ((0, 1366, 2732, 4096), 2, (0, 1366, 4096)),    # a whole chunk more for one rank beats lending half of one
+    ((0, 2048, 4096), 2, (0, 2048, 4096)),          # chunks of ceil(n / P): the equal shares
+    ((0, 4096), 2, (0, 2048, 4096)),                # one chunk: nothing to follow
+    ((0, 1366, 2732, 4096), 3, (0, 1366, 2731, 4096)),
+    ((0, 2000, 2100, 4096), 2, (0, 2048, 4096)),    # a 48-row borrow is cheaper than the imbalance
+])
+def test_rank_edges_follow_the_chunks_at_twelfths(edges, P, want):
+    from workbench.kernels.tridiag import _line_offsets, block_grid
+
+    got = _line_offsets(4096, P, 16384, np.array(edges))
+    assert tuple(int(o) for o in got) == want
+    assert set(got.tolist()) <= set(block_grid(4096, 16384)[::len(block_grid(4096, 16384)) // 12].tolist())
+
+
+def test_ragged_chunks_along_n_move_few_rows(clients):
+    # (batch, n) chunked (V, 0.73 n) on 2 workers: the rank edge moves to the twelfth nearest the chunk edge,
+    # so a rank borrows a few columns of its neighbour's chunk instead of a quarter of the line; same bits
+    import dask.array as da
+
+    client = clients(2)
+    V, n = 16, 1200
+    dl, d, du, b = _system("dominant", n, V, None, seed=12)
+    x = wb.tridiag_solve(*[da.from_array(a, chunks=(V, 880)) for a in (dl, d, du, b)], client=client)
+    assert x.stats["rows_per_worker"] == [900, 300] and x.stats["path"] == "fused"
+    assert x.stats["bytes_moved"] < 4 * 8 * V * 40, x.stats["bytes_moved"]
+    assert np.array_equal(np.asarray(x), np.asarray(wb.tridiag_solve(dl, d, du, b, client=client)))
+    _close(np.asarray(x), _oracle(dl, d, du, b))
+
+
 def test_gtsv_system_is_the_documented_layout(clients):
     # the benchmarks' and the notebook's headline input: persisted dask arrays in gtsv form, chunked along n
     # over the workers (or along the batch), line-major with axis=0; bad arguments name themselves

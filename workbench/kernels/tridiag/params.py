@@ -38,6 +38,10 @@ _PROBE_ROWS = (16, 80)
 _PROBE_MARGIN = 1e-3
 #: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers).
 _FUSED_BLOCKS = 12
+#: Rows a rank solves in the time one row (the four inputs' columns) moves to it from a neighbour's chunk
+#: (~13 here: 2 workers, (16384, 4096) chunked (16384, 3000)); a rank edge follows the caller's chunk edge
+#: to the nearest twelfth while the rows it then need not borrow outweigh the imbalance at this rate.
+_MOVE_COST = 8
 #: Truncate the reduced system when every dropped coupling is below this.
 _TRUNC_TOL = 2.0 ** -53
 #: Scale for the finiteness accumulator: large finite entries must not overflow it (the numba kernels
