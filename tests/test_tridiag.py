@@ -511,6 +511,7 @@ def test_readme_layout_runs_only_the_ranks(clients, n_workers):
     dl, d, du, b = _system("dominant", n, V, None, seed=8)
     ch = -(-n // n_workers)
     arrs = client.persist([da.from_array(a, chunks=(V, ch)) for a in (dl, d, du, b)])
+    wait(arrs)   # persisted: in memory where the scheduler put them (a chunk still computing has no holder yet)
     wb.tridiag_solve(*arrs, client=client)                            # the halo probe's first call
     with get_task_stream(client) as ts:
         x = wb.tridiag_solve(*arrs, client=client)
