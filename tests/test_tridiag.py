@@ -473,10 +473,15 @@ def test_gpu_sim_fused_pass_matches_solve_banded_and_cpu(clients, n_workers):
     x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(dl, d, du, b, client=c))
     assert st["path"] == "fused"
     _close(x, _oracle(dl, d, du, b))
-    # a NaN found on the workers (dask input): the fused pass's check sends it to the two-pass path,
-    # which names the argument
     import dask.array as da
 
+    if n_workers == 2:   # a grid of chunks: each worker its row of chunks, its line assembled from them
+        grid = [da.from_array(a, chunks=(4, 400)) for a in (dl, d, du, b)]
+        x, st = _sim_and_cpu(clients, n_workers, lambda c: wb.tridiag_solve(*grid, client=c))
+        assert st["path"] == "fused" and st["split"] == "batch"
+        _close(x, _oracle(dl, d, du, b))
+    # a NaN found on the workers (dask input): the fused pass's check sends it to the two-pass path,
+    # which names the argument
     bad = d.copy()
     bad[3, 500] = np.nan
     with pytest.raises(ValueError, match="d has non-finite"):
@@ -563,6 +568,8 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
                                                  axis=-2, periodic=periodic, client=client), True),
         "dask axis=0 along batch": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(-1, 16)] * 4), axis=0,
                                                      periodic=periodic, client=client), True),
+        "dask axis=0 both ways": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(700, 16)] * 4), axis=0,
+                                                   periodic=periodic, client=client), True),
         # C-ordered line-major chunks whose edges miss the ranks': a rank inside one chunk reads it in place
         "dask axis=0 C-ordered along n, ragged": (
             wb.tridiag_solve(*dk([np.ascontiguousarray(a.T) for a in (dl, d, du, b)], [(377, V)] * 4), axis=0,
@@ -583,6 +590,11 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
         assert np.array_equal(got, first), name
     assert cases["host"][0].stats["split"] == "batch" and cases["dask along batch"][0].stats["split"] == "batch"
     assert cases["dask along n"][0].stats["split"] == "line"
+    # a grid of chunks: whole rows of chunks (whole systems) per worker, each row's chunks read in place;
+    # the ranks exchange only their verdicts (not one row of values)
+    for name in ("dask both ways", "dask axis=0 both ways"):
+        assert cases[name][0].stats["split"] == "batch" and cases[name][0].stats["bytes_moved"] < 8 * V, name
+    assert cases["dask both ways"][0].stats["gtsv_in_place"] is True
     # a rank over three or more chunks solves them in place, in runs of blocks joined as ranks are
     assert cases["dask along n, ragged"][0].stats["gtsv_in_place"] is True
     assert cases["dask along n"][0].stats["gtsv_in_place"] is True

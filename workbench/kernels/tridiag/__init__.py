@@ -103,10 +103,13 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   line in runs that each read two chunks at most, joined as ranks are (the
   same bits); only where one block (~340 rows at n = 4096) reaches into three
   chunks are they copied into one block first (``stats["gtsv_in_place"]``
-  says which).  Dask arrays chunked along the batch (rechunked to ``b``'s
-  chunks of systems where the inputs differ), and host batches of at least
-  8 systems per worker, give each worker whole systems: no exchange at
-  all (the blocks along the line are the same, so are the answers).  Host
+  says which).  Dask arrays chunked along the batch, or along both axes (a
+  grid of chunks, as dask's ``chunks="auto"`` cuts a large square batch),
+  give each worker whole rows of chunks (rechunked to ``b``'s chunks of
+  systems where the inputs differ), and so do host batches of at least 8
+  systems per worker: whole systems, no exchange at all (the blocks along
+  the line are the same, so are the answers); a row's chunks along the line
+  are read in place in runs of blocks as above.  Host
   arrays travel to the workers on every call.  Several right-hand sides, fewer
   than 8 systems, non-decaying couplings (the two-pass path), the compact
   derivative and device workers transpose each rank's blocks (one extra read
@@ -985,25 +988,34 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
     lax, n = spec.nax, spec.n
     arrays = [(a.astype(np.float64), sh) for a, sh in _inputs(spec)]
     bax = 1 - lax if spec.batched else None
-    nb_line = len(arrays[-1 if not spec.compact else 0][0].chunks[lax])
     nb_batch = len(spec.b.chunks[bax]) if bax is not None else 1
-    if bax is not None and nb_batch > 1 and nb_line == 1:
-        # chunked along the batch only: each worker takes whole chunks (whole systems), nothing moves
+    if bax is not None and nb_batch > 1:
+        # chunked along the batch (and maybe along the line too): each worker takes whole rows of chunks, so
+        # whole systems, and nothing moves between the ranks; dask lays a chunk grid's rows out on the
+        # workers in that order too, so the chunks mostly stay where they are
         cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
         P = len(cuts) - 1
-        # every input in b's chunks of systems (a chunk index must name the same systems in all four)
-        arrays = [(a.rechunk({i: (spec.b.chunks[bax] if i == bax else -1) for i in range(a.ndim)}), sh)
-                  for a, sh in arrays]
+        # every input in b's chunks of systems (a chunk row must name the same systems in all four); along
+        # the line each keeps its own chunks
+        arrays = [(a.rechunk({i: (spec.b.chunks[bax] if i == bax else a.chunks[i] if i == lax else -1)
+                              for i in range(a.ndim)}), sh) for a, sh in arrays]
         bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[bax])]).astype(np.int64)
         boffs = bounds[cuts]
-        blocks = [np.moveaxis(chunk_sources(a), bax, 0).reshape(-1) for a, _ in arrays]
-        want = [[(blocks[k][c].key, int(bounds[c + 1] - bounds[c])) for k in range(len(arrays))
-                 for c in range(cuts[r], cuts[r + 1])] for r in range(P)]
+        grids = [np.moveaxis(chunk_sources(a), (bax, lax), (0, 1)).reshape(nb_batch, -1) for a, _ in arrays]
+        edges = [np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64) for a, _ in arrays]
+
+        def cells(k: int, r: int) -> list[tuple[int, int]]:   # rank r's chunks of input k, row by row
+            return [(c, j) for c in range(cuts[r], cuts[r + 1]) for j in range(grids[k].shape[1])]
+
+        want = [[(grids[k][c, j].key, int(bounds[c + 1] - bounds[c]) * int(edges[k][j + 1] - edges[k][j]))
+                 for k in range(len(arrays)) for c, j in cells(k, r)] for r in range(P)]
         ws, moved = _rank_workers(client, want, addrs)
-        where = [(k, r, c) for r in range(P) for k in range(len(arrays)) for c in range(cuts[r], cuts[r + 1])]
-        futs = dict(zip(where, compute_all(client, [(blocks[k][c], [ws[r]]) for k, r, c in where]), strict=True))
-        out = [tuple([(-sh, futs[k, r, c]) for c in range(cuts[r], cuts[r + 1])] for k, (_, sh) in enumerate(arrays))
-               for r in range(P)]
+        where = [(k, r, c, j) for r in range(P) for k in range(len(arrays)) for c, j in cells(k, r)]
+        futs = dict(zip(where, compute_all(client, [(grids[k][c, j], [ws[r]]) for k, r, c, j in where]),
+                        strict=True))
+        # an input's pieces: its chunks row by row, each row's first piece starting the line (_batch_rows)
+        out = [tuple([(int(edges[k][j]) - sh, futs[k, r, c, j]) for c, j in cells(k, r)]
+                     for k, (_, sh) in enumerate(arrays)) for r in range(P)]
         return out, np.array([0, n], np.int64), ws, boffs, moved
     line_b = arrays[-1][0]
     offs = _line_offsets(n, len(addrs), spec.V, np.concatenate([[0], np.cumsum(line_b.chunks[lax])]))

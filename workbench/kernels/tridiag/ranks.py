@@ -59,8 +59,12 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
     groups = room = None
     if cfg["form"] != "rows":
         m = hi - lo
-        vs = [int(p.shape[1 - cfg["nax"]]) for _, p in raw[-1]] if cfg["batched"] else [1]
-        cfg["V"] = sum(vs) if cfg["split"] == "batch" else vs[0]
+        if not cfg["batched"]:
+            cfg["V"] = 1
+        elif cfg["split"] == "batch":
+            cfg["V"] = sum(int(row[0][1].shape[1 - cfg["nax"]]) for row in _batch_rows(raw[-1]))
+        else:
+            cfg["V"] = int(raw[-1][0][1].shape[1 - cfg["nax"]])
         groups = _gtsv_groups(raw, cfg, fused) if (cfg["mode"] == "solve" and cfg["local"] == "numba"
                                                    and cfg["batched"] and cfg["nax"] == 1 and cfg["R"] == 1
                                                    and fused is not None) else None
@@ -165,11 +169,31 @@ def _assemble(pieces: list, m: int, cfg: dict) -> tuple[Any, int, Any]:
         return a, r0, None
     xp = namespace(*[p for _, p in pieces])
     if cfg["split"] == "batch":   # whole lines, several chunks of systems: one block of them
-        return xp.concatenate([p for _, p in pieces], axis=1 - lax), pieces[0][0], None
+        rows = _batch_rows(pieces)
+        if all(len(row) == 1 for row in rows):
+            return xp.concatenate([row[0][1] for row in rows], axis=1 - lax), pieces[0][0], None
+        return xp.concatenate([_block(row, m, lax) for row in rows], axis=1 - lax), 0, None
     pieces = sorted(pieces, key=lambda q: q[0])
     (r_a, a), (r_b, b) = pieces[0], pieces[-1]
     if len(pieces) == 2 and r_a == 0 and a.shape[lax] == 1 and r_b == 1:
         return b, 1, xp.take(a, 0, axis=lax)
+    return _block(pieces, m, lax), 0, None
+
+
+def _batch_rows(pieces: list) -> list[list]:
+    """A batch split's pieces of one input by chunk of systems: they come row by row of the caller's chunk
+    grid, each row's chunks in order along the line, so a row starts where the first row does not grow."""
+    rows: list[list] = []
+    for q in pieces:
+        if not rows or q[0] <= rows[-1][-1][0]:
+            rows.append([])
+        rows[-1].append(q)
+    return rows
+
+
+def _block(pieces: list, m: int, lax: int) -> Any:
+    """The rows ``0..m`` of the line that ``(first row, block)`` pieces cover, copied into one block
+    (rows no piece covers are 0)."""
     shape = list(pieces[0][1].shape)
     shape[lax] = m
     # pooled, not zeros: a fresh block faults in every page (about 1 ms per MiB here), more than the copy
@@ -184,7 +208,7 @@ def _assemble(pieces: list, m: int, cfg: dict) -> tuple[Any, int, Any]:
     gaps = np.flatnonzero(np.cumsum(covered[:m]) == 0)
     for g0, g1 in _runs(gaps):
         out[_along(lax, out.ndim, g0, g1)] = 0.0
-    return out, 0, None
+    return out
 
 
 def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
@@ -240,15 +264,16 @@ def _gtsv_groups(raw: list, cfg: dict, blocks: tuple) -> list | None:
     block)`` pieces of the same systems ``v0..``; None when the blocks do not fit that (then they are
     copied into one block per input).  Along the line a rank's input is a chunk plus at most the few
     columns of its neighbour that the rank reaches into, or, where a rank's rows span three or more chunks,
-    runs of blocks that each reach into two at most (joined as ranks are); along the batch, one call per
-    chunk of systems when all four inputs are chunked alike."""
-    S = len(blocks[0])
+    runs of blocks that each reach into two at most (joined as ranks are); along the batch, a group per
+    chunk of systems when all four inputs are chunked alike (its line in runs as above)."""
     if cfg["split"] == "batch":
-        sizes = [[int(p.shape[0]) for _, p in pieces] for pieces in raw]
+        rows = [_batch_rows(pieces) for pieces in raw]
+        sizes = [[int(row[0][1].shape[0]) for row in rk] for rk in rows]
         if any(sz != sizes[-1] for sz in sizes):
             return None
         v0s = np.concatenate([[0], np.cumsum(sizes[-1])[:-1]]).astype(np.int64)
-        return [(int(v0s[c]), [(0, S, [[pieces[c]] for pieces in raw])]) for c in range(len(sizes[-1]))]
+        groups = [(int(v0), _block_runs([rk[c] for rk in rows], *blocks)) for c, v0 in enumerate(v0s)]
+        return None if any(runs is None for _, runs in groups) else groups
     runs = _block_runs(raw, *blocks)
     return None if runs is None else [(0, runs)]
 
