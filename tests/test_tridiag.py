@@ -809,6 +809,27 @@ def test_ragged_chunks_along_n_move_few_rows(clients):
     _close(np.asarray(x), _oracle(dl, d, du, b))
 
 
+def test_fewer_chunks_than_workers_take_a_rank_each_when_large(clients, monkeypatch):
+    # 3 workers, (batch, n) in 2 chunks along n: past _SPREAD_BYTES a worker, a rank per chunk (the third
+    # would borrow all its rows on every call); small inputs spread over every worker.  Same bits either way.
+    import dask.array as da
+
+    import workbench.kernels.tridiag as td
+
+    client = clients(3)
+    V, n = 16, 1200
+    dl, d, du, b = _system("dominant", n, V, None, seed=13)
+    arrs = [da.from_array(a, chunks=(V, 600)) for a in (dl, d, du, b)]
+    host = np.asarray(wb.tridiag_solve(dl, d, du, b, client=client))
+    small = wb.tridiag_solve(*arrs, client=client)
+    assert small.stats["workers"] == 3 and np.array_equal(np.asarray(small), host)
+    monkeypatch.setattr(td, "_SPREAD_BYTES", 1)
+    large = wb.tridiag_solve(*arrs, client=client)
+    assert large.stats["workers"] == 2 and large.stats["rows_per_worker"] == [600, 600]
+    assert large.stats["bytes_moved"] < 4 * 8 * V * 40, large.stats["bytes_moved"]
+    assert np.array_equal(np.asarray(large), host)
+
+
 def test_gtsv_system_is_the_documented_layout(clients):
     # the benchmarks' and the notebook's headline input: persisted dask arrays in gtsv form, chunked along n
     # over the workers (or along the batch), line-major with axis=0; bad arguments name themselves

@@ -94,7 +94,10 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   transposes.  Dask arrays chunked along ``n`` are read where they lie: each
   rank goes to the worker holding most of its chunks, and chunks of
   ``ceil(n / P)`` columns over ``P`` workers end where the ranks' rows do
-  (:func:`block_grid`), so each rank solves the chunk it holds.  Where a
+  (:func:`block_grid`), so each rank solves the chunk it holds; in fewer
+  chunks along ``n`` than workers (past 16 MiB of input a worker) each
+  chunk gets a rank and the other workers rest, since a rank without a
+  chunk of its own would borrow all its rows on every call.  Where a
   rank's rows reach a few columns into a neighbour's chunk (a gtsv
   sub-diagonal's one entry per system, or chunks cut elsewhere), the rank that
   holds that chunk lends those columns inside the group, or, when no rank takes
@@ -202,6 +205,7 @@ from .params import (
     _MOVE_COST,
     _PROBE,
     _REDUCED,
+    _SPREAD_BYTES,
     COMPACT6,
 )
 from .ranks import Borrow, _random_rank, _tridiag_rank, random_part
@@ -1018,8 +1022,12 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                      for k, (_, sh) in enumerate(arrays)) for r in range(P)]
         return out, np.array([0, n], np.int64), ws, boffs, moved
     line_b = arrays[-1][0]
-    offs = _line_offsets(n, len(addrs), spec.V, np.concatenate([[0], np.cumsum(line_b.chunks[lax])]))
     P = len(addrs)
+    if len(line_b.chunks[lax]) < P and sum(a.nbytes for a, _ in arrays) / P >= _SPREAD_BYTES:
+        # a rank per chunk: a rank beyond them would borrow all its rows from the others on every call
+        # (moving a row costs ~10 times solving it)
+        P = len(line_b.chunks[lax])
+    offs = _line_offsets(n, P, spec.V, np.concatenate([[0], np.cumsum(line_b.chunks[lax])]))
     plans = []   # per input: per rank: [(local start row, delayed piece, key, width)]
     for a, sh in arrays:
         if bax is not None and len(a.chunks[bax]) > 1:   # chunked both ways: whole batch per line chunk (a copy)
