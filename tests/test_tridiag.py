@@ -564,6 +564,9 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
                                               client=client), False),
         "dask both ways": (wb.tridiag_solve(*dk((dl, d, du, b), [(24, 700)] * 4), periodic=periodic,
                                             client=client), False),
+        "dask both ways, empty chunks": (wb.tridiag_solve(*dk((dl, d, du, b), [((24, 0, 24), (700, 0, mo - 700)),
+                                                                       ((24, 0, 24), (700, 0, n - 700))] * 2),
+                                                          periodic=periodic, client=client), False),
         "dask axis=0 along n": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(mo // 2, V), (n // 2, V)] * 2),
                                                  axis=-2, periodic=periodic, client=client), True),
         "dask axis=0 along batch": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(-1, 16)] * 4), axis=0,
@@ -592,7 +595,7 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
     assert cases["dask along n"][0].stats["split"] == "line"
     # a grid of chunks: whole rows of chunks (whole systems) per worker, each row's chunks read in place;
     # the ranks exchange only their verdicts (not one row of values)
-    for name in ("dask both ways", "dask axis=0 both ways"):
+    for name in ("dask both ways", "dask both ways, empty chunks", "dask axis=0 both ways"):
         assert cases[name][0].stats["split"] == "batch" and cases[name][0].stats["bytes_moved"] < 8 * V, name
     assert cases["dask both ways"][0].stats["gtsv_in_place"] is True
     # a rank over three or more chunks solves them in place, in runs of blocks joined as ranks are

@@ -763,6 +763,11 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
     return out, offs, addrs, None, {}
 
 
+def _nonempty(chunks: tuple) -> tuple:
+    """A dask axis's chunk sizes without the empty ones (unless all are)."""
+    return tuple(c for c in chunks if c) or chunks
+
+
 def _holders(client: Any, keys: list) -> list[set]:
     """The workers holding each key (empty sets for keys not in memory: a lazy graph)."""
     try:  # by key: Client.who_has takes futures only (plain keys come back as an empty answer)
@@ -797,7 +802,9 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
     lax, n = spec.nax, spec.n
     arrays = [(a.astype(np.float64), sh) for a, sh in _inputs(spec)]
     bax = 1 - lax if spec.batched else None
-    nb_batch = len(spec.b.chunks[bax]) if bax is not None else 1
+    # empty chunks hold nothing to solve (and would read as a row of their own below)
+    bch = _nonempty(spec.b.chunks[bax]) if bax is not None else (spec.V,)
+    nb_batch = len(bch)
     if bax is not None and nb_batch > 1:
         # chunked along the batch (and maybe along the line too): each worker takes whole rows of chunks, so
         # whole systems, and nothing moves between the ranks; dask lays a chunk grid's rows out on the
@@ -806,9 +813,9 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         P = len(cuts) - 1
         # every input in b's chunks of systems (a chunk row must name the same systems in all four); along
         # the line each keeps its own chunks
-        arrays = [(a.rechunk({i: (spec.b.chunks[bax] if i == bax else a.chunks[i] if i == lax else -1)
+        arrays = [(a.rechunk({i: bch if i == bax else _nonempty(a.chunks[i]) if i == lax else -1
                               for i in range(a.ndim)}), sh) for a, sh in arrays]
-        bounds = np.concatenate([[0], np.cumsum(spec.b.chunks[bax])]).astype(np.int64)
+        bounds = np.concatenate([[0], np.cumsum(bch)]).astype(np.int64)
         boffs = bounds[cuts]
         grids = [np.moveaxis(chunk_sources(a), (bax, lax), (0, 1)).reshape(nb_batch, -1) for a, _ in arrays]
         edges = [np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64) for a, _ in arrays]
@@ -827,11 +834,11 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                      for k, (_, sh) in enumerate(arrays)) for r in range(P)]
         return out, np.array([0, n], np.int64), ws, boffs, moved
     line_b = arrays[-1][0]
-    P = len(addrs)
-    if len(line_b.chunks[lax]) < P and sum(a.nbytes for a, _ in arrays) / P >= _SPREAD_BYTES:
+    P, nb_line = len(addrs), len(_nonempty(line_b.chunks[lax]))
+    if nb_line < P and sum(a.nbytes for a, _ in arrays) / P >= _SPREAD_BYTES:
         # a rank per chunk: a rank beyond them would borrow all its rows from the others on every call
         # (moving a row costs ~10 times solving it)
-        P = len(line_b.chunks[lax])
+        P = nb_line
     offs = _line_offsets(n, P, spec.V, np.concatenate([[0], np.cumsum(line_b.chunks[lax])]))
     plans = []   # per input: per rank: [(local start row, delayed piece, key, width)]
     for a, sh in arrays:
