@@ -562,10 +562,10 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
                                                   client=client), False),
         "dask along batch": (wb.tridiag_solve(*dk((dl, d, du, b), [(16, -1)] * 4), periodic=periodic,
                                               client=client), False),
-        "dask both ways": (wb.tridiag_solve(*dk((dl, d, du, b), [(24, 700)] * 4), periodic=periodic,
+        "dask both ways": (wb.tridiag_solve(*dk((dl, d, du, b), [(16, 700)] * 4), periodic=periodic,
                                             client=client), False),
-        "dask both ways, empty chunks": (wb.tridiag_solve(*dk((dl, d, du, b), [((24, 0, 24), (700, 0, mo - 700)),
-                                                                       ((24, 0, 24), (700, 0, n - 700))] * 2),
+        "dask both ways, empty chunks": (wb.tridiag_solve(*dk((dl, d, du, b), [((16, 0, 16, 16), (700, 0, mo - 700)),
+                                                                       ((16, 0, 16, 16), (700, 0, n - 700))] * 2),
                                                           periodic=periodic, client=client), False),
         "dask axis=0 along n": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(mo // 2, V), (n // 2, V)] * 2),
                                                  axis=-2, periodic=periodic, client=client), True),
@@ -813,8 +813,9 @@ def test_ragged_chunks_along_n_move_few_rows(clients):
 
 
 def test_fewer_chunks_than_workers_take_a_rank_each_when_large(clients, monkeypatch):
-    # 3 workers, (batch, n) in 2 chunks along n: past _SPREAD_BYTES a worker, a rank per chunk (the third
-    # would borrow all its rows on every call); small inputs spread over every worker.  Same bits either way.
+    # 3 workers, (batch, n) in 2 chunks along n or along the batch: past _SPREAD_BYTES a worker, a rank per
+    # chunk (the third would borrow all its rows on every call); small inputs spread over every worker.
+    # Same bits either way.
     import dask.array as da
 
     import workbench.kernels.tridiag as td
@@ -831,6 +832,14 @@ def test_fewer_chunks_than_workers_take_a_rank_each_when_large(clients, monkeypa
     assert large.stats["workers"] == 2 and large.stats["rows_per_worker"] == [600, 600]
     assert large.stats["bytes_moved"] < 4 * 8 * V * 40, large.stats["bytes_moved"]
     assert np.array_equal(np.asarray(large), host)
+    # two rows of chunks of systems: large, a row per worker on two of them; small, every worker a share
+    grid = [da.from_array(a, chunks=(V // 2, 600)) for a in (dl, d, du, b)]
+    rows = wb.tridiag_solve(*grid, client=client)
+    assert (rows.stats["split"], rows.stats["workers"]) == ("batch", 2) and np.array_equal(np.asarray(rows), host)
+    monkeypatch.setattr(td, "_SPREAD_BYTES", 1 << 40)
+    spread = wb.tridiag_solve(*grid, client=client)
+    assert (spread.stats["split"], spread.stats["workers"]) == ("line", 3)
+    assert np.array_equal(np.asarray(spread), host)
 
 
 def test_gtsv_system_is_the_documented_layout(clients):

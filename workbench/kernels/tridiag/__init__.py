@@ -109,7 +109,9 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   says which).  Dask arrays chunked along the batch, or along both axes (a
   grid of chunks, as dask's ``chunks="auto"`` cuts a large square batch),
   give each worker whole rows of chunks (rechunked to ``b``'s chunks of
-  systems where the inputs differ), and so do host batches of at least 8
+  systems where the inputs differ; fewer rows than workers leave workers
+  idle, unless the input is under 16 MiB a worker: then the line split
+  over every worker), and so do host batches of at least 8
   systems per worker: whole systems, no exchange at all (the blocks along
   the line are the same, so are the answers); a row's chunks along the line
   are read in place in runs of blocks as above.  Host
@@ -805,7 +807,10 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
     # empty chunks hold nothing to solve (and would read as a row of their own below)
     bch = _nonempty(spec.b.chunks[bax]) if bax is not None else (spec.V,)
     nb_batch = len(bch)
-    if bax is not None and nb_batch > 1:
+    # small inputs spread over every worker (the rows moved cost about a group's round trip); large ones
+    # never leave a rank without a chunk of its own
+    small = sum(a.nbytes for a, _ in arrays) / len(addrs) < _SPREAD_BYTES
+    if bax is not None and nb_batch > 1 and (nb_batch >= len(addrs) or not small):
         # chunked along the batch (and maybe along the line too): each worker takes whole rows of chunks, so
         # whole systems, and nothing moves between the ranks; dask lays a chunk grid's rows out on the
         # workers in that order too, so the chunks mostly stay where they are
@@ -835,7 +840,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         return out, np.array([0, n], np.int64), ws, boffs, moved
     line_b = arrays[-1][0]
     P, nb_line = len(addrs), len(_nonempty(line_b.chunks[lax]))
-    if nb_line < P and sum(a.nbytes for a, _ in arrays) / P >= _SPREAD_BYTES:
+    if nb_line < P and not small:
         # a rank per chunk: a rank beyond them would borrow all its rows from the others on every call
         # (moving a row costs ~10 times solving it)
         P = nb_line

@@ -42,10 +42,11 @@ _FUSED_BLOCKS = 12
 #: (~13 here: 2 workers, (16384, 4096) chunked (16384, 3000)); a rank edge follows the caller's chunk edge
 #: to the nearest twelfth while the rows it then need not borrow outweigh the imbalance at this rate.
 _MOVE_COST = 8
-#: A dask input in fewer chunks along the line than there are workers takes a rank per chunk once a
-#: worker's share of the inputs reaches this: a rank without a chunk of its own would borrow all its rows
-#: on every call (3 workers on (16384, 4096) in two chunks: 0.56-1.37 s a call, 0.20-0.24 s on two).
-#: Below it the rows moved cost about a group's round trip, and every worker takes a share.
+#: A dask input in fewer chunks (along the line, or rows of chunks along the batch) than there are workers
+#: takes a rank per chunk once a worker's share of the inputs reaches this: a rank without a chunk of its
+#: own would borrow all its rows on every call (3 workers on (16384, 4096) in two chunks along the line:
+#: 0.56-1.37 s a call, 0.20-0.24 s on two).  Below it the rows moved cost about a group's round trip,
+#: and every worker takes a share.
 _SPREAD_BYTES = 16 << 20
 #: Truncate the reduced system when every dropped coupling is below this.
 _TRUNC_TOL = 2.0 ** -53
