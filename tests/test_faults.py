@@ -180,6 +180,21 @@ def test_tridiag_host_system_survives_a_kill(client):
                   lambda: wb.tridiag_solve(dl, d, du, b, client=client), check)
 
 
+def test_tridiag_dask_grid_survives_a_kill(client):
+    # (batch, n) persisted in a grid of chunks (rows of chunks per worker): the lost worker's chunks are
+    # recomputed from their graph and the group reruns
+    import dask.array as da
+
+    rng = np.random.default_rng(8)
+    V, n = 24, 1200
+    dl, du = rng.uniform(-1, 1, (V, n - 1)), rng.uniform(-1, 1, (V, n - 1))
+    d, b = 4 + rng.uniform(0, 1, (V, n)), rng.standard_normal((V, n))
+    arrs = client.persist([da.from_array(a, chunks=(8, 500)) for a in (dl, d, du, b)])
+    want = np.asarray(wb.tridiag_solve(dl, d, du, b, client=client))
+    _through_kill(client, "tridiag", worker_addresses(client)[-1], lambda: wb.tridiag_solve(*arrs, client=client),
+                  lambda x: np.testing.assert_array_equal(np.asarray(x), want))
+
+
 def test_replicas_survive_without_the_host_copy_and_a_lost_source_is_named(client):
     X = np.arange(600, dtype=np.float64).reshape(200, 3)
     D = wb.distribute(X.copy(), client=client, replicas=2)  # the client keeps no copy
