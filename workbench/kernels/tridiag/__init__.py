@@ -812,8 +812,8 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
     small = sum(a.nbytes for a, _ in arrays) / len(addrs) < _SPREAD_BYTES
     if bax is not None and nb_batch > 1 and (nb_batch >= len(addrs) or not small):
         # chunked along the batch (and maybe along the line too): each worker takes whole rows of chunks, so
-        # whole systems, and nothing moves between the ranks; dask lays a chunk grid's rows out on the
-        # workers in that order too, so the chunks mostly stay where they are
+        # whole systems, and nothing moves between the ranks; a chunk held on another worker moves to its
+        # rank's worker once and stays there (settle), so the next call finds it in place
         cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
         P = len(cuts) - 1
         # every input in b's chunks of systems (a chunk row must name the same systems in all four); along
