@@ -120,7 +120,7 @@ def test_distribute_1d_2d_dense(clients, n_workers):
 def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clients):
     import dask
     import dask.array as da
-    from distributed import Future, futures_of
+    from distributed import Future, futures_of, get_task_stream
 
     client = clients(2)
     X = np.arange(60.0).reshape(12, 5)
@@ -139,6 +139,17 @@ def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clie
     np.testing.assert_array_equal(futs[1].result(), 2 * (X[8:] + 1))
     np.testing.assert_array_equal(futs[2].result(), X[4:5] + 1)
     assert set(client.who_has(futs[1])[futs[1].key]) == {w[1]}
+    # chunks of from_array on a host array are data in the caller's graph: scattered straight to their worker
+    # (nothing submitted through the scheduler), the same values, a cut of one still computed beside it
+    raw = partition.chunk_sources(da.from_array(X, chunks=(4, 3)))
+    assert partition._literal(raw[1, 1]) is not None and partition._literal(src_lazy[0, 0]) is None
+    with get_task_stream(client) as ts:
+        got = partition.compute_all(client, [(raw[1, 1], [w[0]]), (raw[2, 0], [w[1]]), (raw[0, 0], None)])
+    assert not ts.data, ts.data
+    np.testing.assert_array_equal(got[0].result(), X[4:8, 3:])
+    np.testing.assert_array_equal(got[1].result(), X[8:, :3])
+    np.testing.assert_array_equal(got[2].result(), X[:4, :3])
+    assert set(client.who_has(got[0])[got[0].key]) == {w[0]} and set(client.who_has(got[1])[got[1].key]) == {w[1]}
 
 
 def test_distribute_bad_input(client):
