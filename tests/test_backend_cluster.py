@@ -148,6 +148,15 @@ def test_cluster_start_connect_and_clean_shutdown():
         assert len(lc.scheduler.workers) == 1
 
 
+def test_script_without_main_guard_fails_fast_and_says_why(tmp_path):
+    # spawned workers import the script: unguarded, each would start a cluster of its own and wait forever
+    script = tmp_path / "unguarded.py"
+    script.write_text("import workbench as wb\nwith wb.cluster(n_workers=1, quiet=True) as c:\n    print('ran')\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode != 0 and "ran" not in run.stdout
+    assert '__name__ == "__main__"' in run.stderr
+
+
 def test_auto_backend_falls_back_to_cpu():
     if backend.gpu_available()[0]:
         pytest.skip("a GPU is present")

@@ -179,6 +179,21 @@ def _worker_kind() -> tuple[str, bool]:
     return _backend.device_kind(), bool(numba.config.ENABLE_CUDASIM)
 
 
+def _check_not_bootstrapping() -> None:
+    """Refuse to start a local cluster from a worker process that is importing the caller's script.
+
+    Workers are spawned: each one imports the script's ``__main__``, so a script that starts a cluster at top
+    level, without an ``if __name__ == "__main__":`` guard, would start a cluster in every worker, and
+    each of those waits forever for workers of its own.
+    """
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "workbench.cluster() was called while a worker process was importing your script's main module: "
+            "start the cluster under `if __name__ == \"__main__\":` (workers are spawned and import the script)")
+
+
 class Cluster:
     """A Dask cluster (local or existing) and its client.
 
@@ -254,6 +269,7 @@ class Cluster:
                       file=sys.stderr)
             return client
 
+        _check_not_bootstrapping()
         import dask
 
         if dask.config.get("distributed.deploy.lost-worker-timeout") == "15s":
