@@ -605,31 +605,27 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                 jr = j % RB
                 while j < e:
                     i = i0 + j
-                    a0, d0, c0, b0 = dl[i, v0:v1], d[i, v0:v1], du[i, v0:v1], b[i, v0:v1]
-                    a1, d1, c1, b1 = dl[i + 1, v0:v1], d[i + 1, v0:v1], du[i + 1, v0:v1], b[i + 1, v0:v1]
-                    x0, x1 = x[i, v0:v1], x[i + 1, v0:v1]
-                    r0_, r1_ = rc[jr], rc[jr + 1]
+                    jn = jr
                     jr += 2
                     if jr == RB:
                         jr = 0
                     # the first H rows also carry v' (x_prev's column) in their own loop
                     if j < H:
-                        vs0, vs1 = vs[j], vs[j + 1]
                         for v in range(vn):
-                            inv0, inv1 = _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
-                            w0 = -a0[v] * vp[v] * inv0
-                            w1 = -a1[v] * w0 * inv1
-                            vs0[v] = w0
-                            vs1[v] = w1
+                            inv0, inv1 = _eliminate2(i, v0 + v, jn, v, dl, d, du, b, x, rc, cp, bp)
+                            w0 = -dl[i, v0 + v] * vp[v] * inv0
+                            w1 = -dl[i + 1, v0 + v] * w0 * inv1
+                            vs[j, v] = w0
+                            vs[j + 1, v] = w1
                             vp[v] = w1
                     else:
                         v8 = 0
                         if wide:
                             while v8 + 8 <= vn:
-                                _eliminate2_x8(v8, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
+                                _eliminate2_x8(v0 + v8, v8, i, jn, dl, d, du, b, x, rc, cp, bp)
                                 v8 += 8
                         for v in range(v8, vn):
-                            _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, r0_, r1_, x0, x1)
+                            _eliminate2(i, v0 + v, jn, v, dl, d, du, b, x, rc, cp, bp)
                     j += 2
                 if j == e:
                     i = i0 + j
@@ -665,15 +661,20 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                     jj = e - 1
                     jr = jj % RB
                     while jj > r1:
-                        ra, rb_ = rc[jr], rc[jr - 1 if jr > 0 else RB - 1]
+                        ja, jb = jr, jr - 1 if jr > 0 else RB - 1
                         jr -= 2
                         if jr < 0:
                             jr += RB
-                        xa, xb = x[i0 + jj, v0:v1], x[i0 + jj - 1, v0:v1]
-                        for v in range(vn):
-                            ca = ra[v]
-                            cb = rb_[v]
-                            xn[v] = xb[v] - cb * (xa[v] - ca * xn[v])
+                        ia = i0 + jj
+                        v8 = 0
+                        if wide:
+                            while v8 + 8 <= vn:
+                                _halo2_x8(v0 + v8, v8, ia, ja, jb, x, rc, xn, pp)
+                                v8 += 8
+                        for v in range(v8, vn):
+                            ca = rc[ja, v]
+                            cb = rc[jb, v]
+                            xn[v] = x[ia - 1, v0 + v] - cb * (x[ia, v0 + v] - ca * xn[v])
                             pp[v] *= abs(ca) * abs(cb)
                         jj -= 2
                     if jj == r1:
@@ -689,16 +690,21 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                 jj = top
                 jr = jj % RB
                 while jj > r0:
-                    ra, rb_ = rc[jr], rc[jr - 1 if jr > 0 else RB - 1]
+                    ja, jb = jr, jr - 1 if jr > 0 else RB - 1
                     jr -= 2
                     if jr < 0:
                         jr += RB
-                    xa, xb = x[i0 + jj, v0:v1], x[i0 + jj - 1, v0:v1]
-                    for v in range(vn):
-                        ya = xa[v] - ra[v] * xn[v]
-                        xa[v] = ya
-                        yb = xb[v] - rb_[v] * ya
-                        xb[v] = yb
+                    ia = i0 + jj
+                    v8 = 0
+                    if wide:
+                        while v8 + 8 <= vn:
+                            _backsub2_x8(v0 + v8, v8, ia, ja, jb, x, rc, xn)
+                            v8 += 8
+                    for v in range(v8, vn):
+                        ya = x[ia, v0 + v] - rc[ja, v] * xn[v]
+                        x[ia, v0 + v] = ya
+                        yb = x[ia - 1, v0 + v] - rc[jb, v] * ya
+                        x[ia - 1, v0 + v] = yb
                         xn[v] = yb
                     jj -= 2
                 if jj == r0:
@@ -717,12 +723,11 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         t_v = max(t_v, abs(vl[v]))
                         xn[v] = vl[v]
                     for jj in range(H - 2, -1, -1):
-                        rcs = rc[jj % RB]
-                        vr_ = vs[jj]
+                        jc = jj % RB
                         for v in range(vn):
-                            xv = vr_[v] - rcs[v] * xn[v]
+                            xv = vs[jj, v] - rc[jc, v] * xn[v]
                             xn[v] = xv
-                            vr_[v] = xv
+                            vs[jj, v] = xv
                     if s == 0:
                         x0 = x[i0, v0:v1]
                         for v in range(vn):
@@ -746,12 +751,11 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         wt[v] = rcl[v]
                         xn[v] = rcl[v]
                     for t_ in range(H - 2, -1, -1):
-                        rcs = rc[(L - H + t_) % RB]
-                        wt = ws[t_]
+                        jc = (L - H + t_) % RB
                         for v in range(vn):
-                            xv = -rcs[v] * xn[v]
+                            xv = -rc[jc, v] * xn[v]
                             xn[v] = xv
-                            wt[v] = xv
+                            ws[t_, v] = xv
                     for v in range(vn):
                         t_w = max(t_w, abs(xn[v]))
                     if s == S - 1:
@@ -792,12 +796,15 @@ def _eliminate(v, ar, dr, cr, br, cp, bp, rcs, xr):
 
 
 @_inline
-def _eliminate2(v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
-    # two rows of _eliminate, the first row's c' and b' kept in registers for the second
-    inv0, cc, bb, x0[v] = _step(a0[v], d0[v], c0[v], b0[v], cp[v], bp[v])
-    rc0[v] = cc
-    inv1, cc, bb, x1[v] = _step(a1[v], d1[v], c1[v], b1[v], cc, bb)
-    rc1[v] = cc
+def _eliminate2(i, c, jr, v, dl, d, du, b, x, rc, cp, bp):
+    # two rows (i, i + 1; the ring's jr, jr + 1) of _eliminate for system v (column c of the inputs and x), the
+    # first row's c' and b' kept in registers for the second.  The hot loops index 2-D arrays instead of
+    # taking row views: each view of an array costs an atomic reference-count update and a call (~400
+    # cycles per row pair here, as much as the arithmetic of 128 systems).
+    inv0, cc, bb, x[i, c] = _step(dl[i, c], d[i, c], du[i, c], b[i, c], cp[v], bp[v])
+    rc[jr, v] = cc
+    inv1, cc, bb, x[i + 1, c] = _step(dl[i + 1, c], d[i + 1, c], du[i + 1, c], b[i + 1, c], cc, bb)
+    rc[jr + 1, v] = cc
     cp[v] = cc
     bp[v] = bb
     return inv0, inv1
@@ -875,10 +882,8 @@ def _interface(yl, wl, yr, vr, p, q, n):
 def _minus_column(x, r0, C, sol, v0, n):
     # rows r0.. of x (systems v0..v0+n) minus C[t] * sol: a neighbour's unknown entering through its column
     for t_ in range(C.shape[0]):
-        xr = x[r0 + t_, v0:v0 + n]
-        ct = C[t_]
         for v in range(n):
-            xr[v] = xr[v] - ct[v] * sol[v]
+            x[r0 + t_, v0 + v] = x[r0 + t_, v0 + v] - C[t_, v] * sol[v]
 
 
 # --------------------------------------------------------------------------
@@ -919,48 +924,104 @@ def _transpose4(typingctx, src, v, j, dst, i, c):
     return sig, codegen
 
 
+def _lanes8(context, builder, signature, args):
+    # codegen helpers of the x8 intrinsics: at(k, row, col) points 8 doubles at row `row`, column `col` of
+    # argument k (a 2-D array with unit inner stride; a 1-D one takes row=None)
+    i64 = ir.IntType(64)
+    f64x8 = ir.VectorType(ir.DoubleType(), 8)
+    arrays = {}
+
+    def at(k, row, col):
+        if k not in arrays:
+            arrays[k] = context.make_array(signature.args[k])(context, builder, args[k])
+        a = arrays[k]
+        off = builder.mul(col, ir.Constant(i64, 8))
+        if row is not None:
+            off = builder.add(off, builder.mul(row, cgutils.unpack_tuple(builder, a.strides, 2)[0]))
+        return builder.inttoptr(builder.add(builder.ptrtoint(a.data, i64), off), f64x8.as_pointer())
+
+    def ld(ptr):
+        return builder.load(ptr, align=8)
+
+    def st(val, ptr):
+        builder.store(val, ptr, align=8)
+
+    return f64x8, at, ld, st
+
+
 @intrinsic
-def _eliminate2_x8(typingctx, v, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1):
-    # _eliminate2 for systems v..v+7 (1-D rows with unit stride) as explicit 8-wide vector code: the same
-    # operations in the same order (no contraction), so the same bits.  LLVM's vectorizer, given the scalar
-    # loop, guards it with run-time overlap checks of its fourteen rows (~80 compares per row pair, as much
-    # as the pair's arithmetic over 64 systems); explicit vector loads and stores need none.
-    sig = types.void(types.intp, a0, d0, c0, b0, a1, d1, c1, b1, cp, bp, rc0, rc1, x0, x1)
+def _eliminate2_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp):
+    # _eliminate2 for systems v..v+7 (columns c..c+7 of the inputs and x) as explicit 8-wide vector code: the
+    # same operations in the same order (no contraction), so the same bits.  LLVM's vectorizer, given the
+    # scalar loop, guards it with run-time overlap checks of its fourteen rows (~80 compares per row pair, as
+    # much as the pair's arithmetic over 64 systems); explicit vector loads and stores need none.
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, dl, d, du, b, x, rc, cp, bp)
 
     def codegen(context, builder, signature, args):
-        f64 = ir.DoubleType()
-        f64x8, i64 = ir.VectorType(f64, 8), ir.IntType(64)
-        off = builder.mul(args[0], ir.Constant(i64, 8))
-
-        def ptr(k):
-            a = context.make_array(signature.args[k])(context, builder, args[k])
-            return builder.inttoptr(builder.add(builder.ptrtoint(a.data, i64), off), f64x8.as_pointer())
-
-        def ld(k):
-            return builder.load(ptr(k), align=8)
-
-        def st(val, k):
-            builder.store(val, ptr(k), align=8)
-
+        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
+        c, v, i, jr = args[:4]
+        one_ = ir.Constant(ir.IntType(64), 1)
+        i1, jr1 = builder.add(i, one_), builder.add(jr, one_)
         zero = ir.Constant(f64x8, [0.0] * 8)
         one = ir.Constant(f64x8, [1.0] * 8)
 
-        def step(a, d, c, b, cprev, bprev):
-            piv = builder.fsub(d, builder.fmul(a, cprev))
+        def step(row, cprev, bprev):
+            a, d_, c_, b_ = (ld(at(k, row, c)) for k in range(4, 8))
+            piv = builder.fsub(d_, builder.fmul(a, cprev))
             inv = builder.fdiv(one, piv)
-            c1_ = builder.fmul(c, inv)
-            b1_ = builder.fmul(builder.fsub(b, builder.fmul(a, bprev)), inv)
-            return c1_, b1_, builder.fadd(b1_, builder.fmul(zero, builder.fadd(piv, c1_)))
+            c1 = builder.fmul(c_, inv)
+            b1 = builder.fmul(builder.fsub(b_, builder.fmul(a, bprev)), inv)
+            return c1, b1, builder.fadd(b1, builder.fmul(zero, builder.fadd(piv, c1)))
 
-        a0_, d0_, c0_, b0_, a1_, d1_, c1_, b1_ = (ld(k) for k in range(1, 9))
-        cc, bb, xs = step(a0_, d0_, c0_, b0_, ld(9), ld(10))
-        st(xs, 13)
-        st(cc, 11)
-        cc, bb, xs = step(a1_, d1_, c1_, b1_, cc, bb)
-        st(xs, 14)
-        st(cc, 12)
-        st(cc, 9)
-        st(bb, 10)
+        cc, bb, xs = step(i, ld(at(10, None, v)), ld(at(11, None, v)))
+        st(xs, at(8, i, c))
+        st(cc, at(9, jr, v))
+        cc, bb, xs = step(i1, cc, bb)
+        st(xs, at(8, i1, c))
+        st(cc, at(9, jr1, v))
+        st(cc, at(10, None, v))
+        st(bb, at(11, None, v))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _backsub2_x8(typingctx, c, v, i, ja, jb, x, rc, xn):
+    # two rows (i, i - 1; the ring's ja, jb) of a window's back-substitution for systems v..v+7 (columns c..c+7
+    # of x), as explicit vector code in the scalar loop's order (the same bits)
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, x, rc, xn)
+
+    def codegen(context, builder, signature, args):
+        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
+        c, v, i, ja, jb = args[:5]
+        im = builder.sub(i, ir.Constant(ir.IntType(64), 1))
+        ya = builder.fsub(ld(at(5, i, c)), builder.fmul(ld(at(6, ja, v)), ld(at(7, None, v))))
+        st(ya, at(5, i, c))
+        yb = builder.fsub(ld(at(5, im, c)), builder.fmul(ld(at(6, jb, v)), ya))
+        st(yb, at(5, im, c))
+        st(yb, at(7, None, v))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _halo2_x8(typingctx, c, v, i, ja, jb, x, rc, xn, pp):
+    # two rows of the halo's back-substitution for systems v..v+7 (x is read, not written; pp gathers the
+    # dropped term's factors), as explicit vector code in the scalar loop's order
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, x, rc, xn, pp)
+
+    def codegen(context, builder, signature, args):
+        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64x8, [f64x8]), "llvm.fabs.v8f64")
+        c, v, i, ja, jb = args[:5]
+        im = builder.sub(i, ir.Constant(ir.IntType(64), 1))
+        ca, cb = ld(at(6, ja, v)), ld(at(6, jb, v))
+        inner = builder.fsub(ld(at(5, i, c)), builder.fmul(ca, ld(at(7, None, v))))
+        st(builder.fsub(ld(at(5, im, c)), builder.fmul(cb, inner)), at(7, None, v))
+        prod = builder.fmul(builder.call(fabs, [ca]), builder.call(fabs, [cb]))
+        st(builder.fmul(ld(at(8, None, v)), prod), at(8, None, v))
         return context.get_dummy_value()
 
     return sig, codegen
