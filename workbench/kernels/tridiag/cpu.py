@@ -11,7 +11,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .params import _CHK_SCALE
+from .params import _CHK_SCALE, _PREFETCH_COLUMNS
 
 # Kernels compile on first call and are cached on disk (module-level functions: numba cannot cache
 # closures, and every worker process would compile them again).
@@ -611,7 +611,12 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         jr = 0
                     # the first H rows also carry v' (x_prev's column) in their own loop
                     if j < H:
-                        for v in range(vn):
+                        v8 = 0
+                        if wide:
+                            while v8 + 8 <= vn:
+                                _eliminate2v_x8(v0 + v8, v8, i, jn, dl, d, du, b, x, rc, cp, bp, vs, j, vp)
+                                v8 += 8
+                        for v in range(v8, vn):
                             inv0, inv1 = _eliminate2(i, v0 + v, jn, v, dl, d, du, b, x, rc, cp, bp)
                             w0 = -dl[i, v0 + v] * vp[v] * inv0
                             w1 = -dl[i + 1, v0 + v] * w0 * inv1
@@ -949,14 +954,7 @@ def _lanes8(context, builder, signature, args):
     return f64x8, at, ld, st
 
 
-@intrinsic
-def _eliminate2_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp):
-    # _eliminate2 for systems v..v+7 (columns c..c+7 of the inputs and x) as explicit 8-wide vector code: the
-    # same operations in the same order (no contraction), so the same bits.  LLVM's vectorizer, given the
-    # scalar loop, guards it with run-time overlap checks of its fourteen rows (~80 compares per row pair, as
-    # much as the pair's arithmetic over 64 systems); explicit vector loads and stores need none.
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, dl, d, du, b, x, rc, cp, bp)
-
+def _eliminate2_x8_codegen(with_v):
     def codegen(context, builder, signature, args):
         f64x8, at, ld, st = _lanes8(context, builder, signature, args)
         c, v, i, jr = args[:4]
@@ -971,19 +969,44 @@ def _eliminate2_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp):
             inv = builder.fdiv(one, piv)
             c1 = builder.fmul(c_, inv)
             b1 = builder.fmul(builder.fsub(b_, builder.fmul(a, bprev)), inv)
-            return c1, b1, builder.fadd(b1, builder.fmul(zero, builder.fadd(piv, c1)))
+            return a, inv, c1, b1, builder.fadd(b1, builder.fmul(zero, builder.fadd(piv, c1)))
 
-        cc, bb, xs = step(i, ld(at(10, None, v)), ld(at(11, None, v)))
+        a0, inv0, cc, bb, xs = step(i, ld(at(10, None, v)), ld(at(11, None, v)))
         st(xs, at(8, i, c))
         st(cc, at(9, jr, v))
-        cc, bb, xs = step(i1, cc, bb)
+        a1, inv1, cc, bb, xs = step(i1, cc, bb)
         st(xs, at(8, i1, c))
         st(cc, at(9, jr1, v))
         st(cc, at(10, None, v))
         st(bb, at(11, None, v))
+        if with_v:
+            # v' (x_prev's column) of the block's first rows: w = (-a * w_prev) * (1 / pivot), row by row
+            j = args[13]
+            w0 = builder.fmul(builder.fmul(builder.fneg(a0), ld(at(14, None, v))), inv0)
+            w1 = builder.fmul(builder.fmul(builder.fneg(a1), w0), inv1)
+            st(w0, at(12, j, v))
+            st(w1, at(12, builder.add(j, one_), v))
+            st(w1, at(14, None, v))
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def _eliminate2_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp):
+    # _eliminate2 for systems v..v+7 (columns c..c+7 of the inputs and x) as explicit 8-wide vector code: the
+    # same operations in the same order (no contraction), so the same bits.  LLVM's vectorizer, given the
+    # scalar loop, guards it with run-time overlap checks of its fourteen rows (~80 compares per row pair, as
+    # much as the pair's arithmetic over 64 systems); explicit vector loads and stores need none.
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, dl, d, du, b, x, rc, cp, bp)
+    return sig, _eliminate2_x8_codegen(False)
+
+
+@intrinsic
+def _eliminate2v_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp, vs, j, vp):
+    # _eliminate2_x8 for a block's first H rows: also v' into rows j, j + 1 of vs and vp
+    sig = types.void(types.intp, types.intp, types.intp, types.intp, dl, d, du, b, x, rc, cp, bp, vs, types.intp, vp)
+    return sig, _eliminate2_x8_codegen(True)
 
 
 @intrinsic
@@ -1027,6 +1050,29 @@ def _halo2_x8(typingctx, c, v, i, ja, jb, x, rc, xn, pp):
     return sig, codegen
 
 
+@intrinsic
+def _prefetch8(typingctx, a, v, j):
+    # software prefetch of the lines holding a[v + q, j] for q < 8 (a 2-D array; addresses past its end are
+    # harmless: a prefetch never faults)
+    sig = types.void(a, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        base = builder.add(builder.ptrtoint(ary.data, i64), builder.mul(args[2], ir.Constant(i64, 8)))
+        for q in range(8):
+            addr = builder.add(base, builder.mul(builder.add(args[1], ir.Constant(i64, q)), stride))
+            # read, into all cache levels, data
+            builder.call(fn, [builder.inttoptr(addr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                              ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @_inline
 def _unit_rows(a):
     return a.shape[1] < 2 or a.strides[1] == 8
@@ -1056,6 +1102,12 @@ def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
         while vb + 8 <= vn:
             t = lo
             while t + 4 <= hi:
+                # a line ahead on each of the eight rows, or on the next eight's once this segment ends
+                if (t - lo) % 8 == 0:
+                    if t + _PREFETCH_COLUMNS < hi:
+                        _prefetch8(a, v0 + vb, t - r0 + _PREFETCH_COLUMNS)
+                    else:
+                        _prefetch8(a, v0 + vb + 8, lo - r0 + (t + _PREFETCH_COLUMNS - hi))
                 _transpose4(a, v0 + vb, t - r0, s, t - i0, vb)
                 _transpose4(a, v0 + vb + 4, t - r0, s, t - i0, vb + 4)
                 t += 4

@@ -32,6 +32,9 @@ _FUSED_TILE = 2048
 #: as much on each row's loop overhead as on the arithmetic (64: 1.5x faster here, 128 no faster).
 _BATCH_PANEL = 64
 _FUSED_WINDOW = 64
+#: Columns ahead that the (batch, n) panel loads prefetch on each row: the rows' segments in a block are short
+#: (~340 columns at n = 4096) for the hardware prefetcher to ramp up on (64: one rank's share 2-10% faster).
+_PREFETCH_COLUMNS = 64
 _FUSED_HALOS = (32, 40, 48, 56, 64)
 #: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
 _PROBE_ROWS = (16, 80)
