@@ -28,8 +28,8 @@ _TILE_SYSTEMS = 1024
 #: each 16 rows more cost ~10% here.
 _FUSED_TILE = 2048
 #: Systems per panel of the fused pass on the (batch, n) layout: one block of the line (~340 rows at n = 4096)
-#: of a panel's four inputs, transposed line-major, stays in L2 while it is solved; 16-system panels spent
-#: as much on each row's loop overhead as on the arithmetic (64: 1.5x faster here, 128 no faster).
+#: of a panel's four inputs, transposed line-major, stays in L2 while it is solved; eight 8-wide vectors per
+#: row keep the elimination's dependency chains overlapped (32-96 run alike here; 128 is 5-30% slower).
 _BATCH_PANEL = 64
 _FUSED_WINDOW = 64
 #: Columns ahead that the (batch, n) panel loads prefetch on each row: the rows' segments in a block are short
