@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._progress import progress
-from .backend import synchronize
+from .backend import empty, synchronize
 
 __all__ = [
     "Timing",
@@ -279,9 +279,12 @@ def _triad_kernel() -> Callable | None:
 
 
 def _triad_rank(comm: Any, _: Any, n: int, repeat: int) -> dict:
-    a = np.zeros(n)
-    b = np.random.default_rng(comm.rank).random(n)
-    c = np.random.default_rng(comm.rank + 1).random(n)
+    # pooled buffers (backend.empty): a run right before a kernel call must not leave it fresh pages to fault
+    # in or freed memory for the host to take back (free page reporting) while the kernel runs
+    a, b, c = empty(n), empty(n), empty(n)
+    a[:] = 0.0
+    np.random.default_rng(comm.rank).random(n, out=b)
+    np.random.default_rng(comm.rank + 1).random(n, out=c)
     s = 3.0
     triad = _triad_kernel()
     fused = triad is not None
