@@ -896,13 +896,7 @@ def _minus_column(x, r0, C, sol, v0, n):
 # --------------------------------------------------------------------------
 
 
-@intrinsic
-def _transpose4(typingctx, src, v, j, dst, i, c):
-    # dst[i + r, c + q] = src[v + q, j + r] for q, r < 4: four 32-byte loads, two rounds of shuffles, four
-    # 32-byte stores (numba has no shuffles of its own; LLVM's vectorizer turns the scalar version into
-    # sixteen scalar moves).  Both arrays' rows must be contiguous (unit inner stride).
-    sig = types.void(src, types.intp, types.intp, dst, types.intp, types.intp)
-
+def _transpose4_codegen(streaming):
     def codegen(context, builder, signature, args):
         f64x4, i64, i32x4 = ir.VectorType(ir.DoubleType(), 4), ir.IntType(64), ir.VectorType(ir.IntType(32), 4)
         src_a = context.make_array(signature.args[0])(context, builder, args[0])
@@ -923,10 +917,39 @@ def _transpose4(typingctx, src, v, j, dst, i, c):
         out = (shuf(t0, t2, [0, 1, 4, 5]), shuf(t1, t3, [0, 1, 4, 5]), shuf(t0, t2, [2, 3, 6, 7]),
                shuf(t1, t3, [2, 3, 6, 7]))
         for k in range(4):
-            builder.store(out[k], at(dst_a, args[4], k, args[5]), align=8)
+            if streaming:
+                st = builder.store(out[k], at(dst_a, args[4], k, args[5]), align=32)
+                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            else:
+                builder.store(out[k], at(dst_a, args[4], k, args[5]), align=8)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def _transpose4(typingctx, src, v, j, dst, i, c):
+    # dst[i + r, c + q] = src[v + q, j + r] for q, r < 4: four 32-byte loads, two rounds of shuffles, four
+    # 32-byte stores (numba has no shuffles of its own; LLVM's vectorizer turns the scalar version into
+    # sixteen scalar moves).  Both arrays' rows must be contiguous (unit inner stride).
+    return types.void(src, types.intp, types.intp, dst, types.intp, types.intp), _transpose4_codegen(False)
+
+
+@intrinsic
+def _transpose4_nt(typingctx, src, v, j, dst, i, c):
+    # _transpose4 with streaming stores, for dst rows at 32-byte boundaries: the answers go to memory
+    # without their lines being read in first (a sixth of the pass's traffic) or evicting the panel
+    return types.void(src, types.intp, types.intp, dst, types.intp, types.intp), _transpose4_codegen(True)
+
+
+@intrinsic
+def _store_fence(typingctx):
+    # orders streaming stores before the stores and loads after it (x then goes to other threads)
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
 
 
 def _lanes8(context, builder, signature, args):
@@ -1138,8 +1161,14 @@ def store_panel_kernel(s, x, v0, vn):
     m = s.shape[0]
     vb = 0
     if _unit_rows(s) and _unit_rows(x):
+        streaming = x.ctypes.data % 32 == 0 and x.strides[0] % 32 == 0
         while vb + 8 <= vn:
             t = 0
+            if streaming:
+                while t + 4 <= m:
+                    _transpose4_nt(s, t, vb, x, v0 + vb, t)
+                    _transpose4_nt(s, t, vb + 4, x, v0 + vb + 4, t)
+                    t += 4
             while t + 4 <= m:
                 _transpose4(s, t, vb, x, v0 + vb, t)
                 _transpose4(s, t, vb + 4, x, v0 + vb + 4, t)
@@ -1161,6 +1190,7 @@ def store_panel_kernel(s, x, v0, vn):
         q0 = x[v0 + v]
         for i in range(m):
             q0[i] = s[i, v]
+    _store_fence()
 
 
 @_njit
