@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from .params import _CHK_SCALE, _PREFETCH_COLUMNS
+from .simd import (
+    _backsub2_x8,
+    _eliminate2_x8,
+    _eliminate2v_x8,
+    _halo2_x8,
+    _prefetch8,
+    _store_fence,
+    _transpose4,
+    _transpose4_nt,
+)
 
 # Kernels compile on first call and are cached on disk (module-level functions: numba cannot cache
 # closures, and every worker process would compile them again).
@@ -894,206 +900,6 @@ def _minus_column(x, r0, C, sol, v0, n):
 # --------------------------------------------------------------------------
 # The (batch, n) layout (LAPACK gtsv's, each system a contiguous row): panels of systems transposed in cache
 # --------------------------------------------------------------------------
-
-
-def _transpose4_codegen(streaming):
-    def codegen(context, builder, signature, args):
-        f64x4, i64, i32x4 = ir.VectorType(ir.DoubleType(), 4), ir.IntType(64), ir.VectorType(ir.IntType(32), 4)
-        src_a = context.make_array(signature.args[0])(context, builder, args[0])
-        dst_a = context.make_array(signature.args[3])(context, builder, args[3])
-
-        def at(ary, row, k, col):
-            stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
-            off = builder.add(builder.mul(builder.add(row, ir.Constant(i64, k)), stride),
-                              builder.mul(col, ir.Constant(i64, 8)))
-            return builder.inttoptr(builder.add(builder.ptrtoint(ary.data, i64), off), f64x4.as_pointer())
-
-        def shuf(a, b, m):
-            return builder.shuffle_vector(a, b, ir.Constant(i32x4, m))
-
-        a0, a1, a2, a3 = (builder.load(at(src_a, args[1], k, args[2]), align=8) for k in range(4))
-        t0, t1 = shuf(a0, a1, [0, 4, 2, 6]), shuf(a0, a1, [1, 5, 3, 7])
-        t2, t3 = shuf(a2, a3, [0, 4, 2, 6]), shuf(a2, a3, [1, 5, 3, 7])
-        out = (shuf(t0, t2, [0, 1, 4, 5]), shuf(t1, t3, [0, 1, 4, 5]), shuf(t0, t2, [2, 3, 6, 7]),
-               shuf(t1, t3, [2, 3, 6, 7]))
-        for k in range(4):
-            if streaming:
-                st = builder.store(out[k], at(dst_a, args[4], k, args[5]), align=32)
-                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
-            else:
-                builder.store(out[k], at(dst_a, args[4], k, args[5]), align=8)
-        return context.get_dummy_value()
-
-    return codegen
-
-
-@intrinsic
-def _transpose4(typingctx, src, v, j, dst, i, c):
-    # dst[i + r, c + q] = src[v + q, j + r] for q, r < 4: four 32-byte loads, two rounds of shuffles, four
-    # 32-byte stores (numba has no shuffles of its own; LLVM's vectorizer turns the scalar version into
-    # sixteen scalar moves).  Both arrays' rows must be contiguous (unit inner stride).
-    return types.void(src, types.intp, types.intp, dst, types.intp, types.intp), _transpose4_codegen(False)
-
-
-@intrinsic
-def _transpose4_nt(typingctx, src, v, j, dst, i, c):
-    # _transpose4 with streaming stores, for dst rows at 32-byte boundaries: the answers go to memory
-    # without their lines being read in first (a sixth of the pass's traffic) or evicting the panel
-    return types.void(src, types.intp, types.intp, dst, types.intp, types.intp), _transpose4_codegen(True)
-
-
-@intrinsic
-def _store_fence(typingctx):
-    # orders streaming stores before the stores and loads after it (x then goes to other threads)
-    def codegen(context, builder, signature, args):
-        builder.fence("seq_cst")
-        return context.get_dummy_value()
-
-    return types.void(), codegen
-
-
-def _lanes8(context, builder, signature, args):
-    # codegen helpers of the x8 intrinsics: at(k, row, col) points 8 doubles at row `row`, column `col` of
-    # argument k (a 2-D array with unit inner stride; a 1-D one takes row=None)
-    i64 = ir.IntType(64)
-    f64x8 = ir.VectorType(ir.DoubleType(), 8)
-    arrays = {}
-
-    def at(k, row, col):
-        if k not in arrays:
-            arrays[k] = context.make_array(signature.args[k])(context, builder, args[k])
-        a = arrays[k]
-        off = builder.mul(col, ir.Constant(i64, 8))
-        if row is not None:
-            off = builder.add(off, builder.mul(row, cgutils.unpack_tuple(builder, a.strides, 2)[0]))
-        return builder.inttoptr(builder.add(builder.ptrtoint(a.data, i64), off), f64x8.as_pointer())
-
-    def ld(ptr):
-        return builder.load(ptr, align=8)
-
-    def st(val, ptr):
-        builder.store(val, ptr, align=8)
-
-    return f64x8, at, ld, st
-
-
-def _eliminate2_x8_codegen(with_v):
-    def codegen(context, builder, signature, args):
-        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
-        c, v, i, jr = args[:4]
-        one_ = ir.Constant(ir.IntType(64), 1)
-        i1, jr1 = builder.add(i, one_), builder.add(jr, one_)
-        zero = ir.Constant(f64x8, [0.0] * 8)
-        one = ir.Constant(f64x8, [1.0] * 8)
-
-        def step(row, cprev, bprev):
-            a, d_, c_, b_ = (ld(at(k, row, c)) for k in range(4, 8))
-            piv = builder.fsub(d_, builder.fmul(a, cprev))
-            inv = builder.fdiv(one, piv)
-            c1 = builder.fmul(c_, inv)
-            b1 = builder.fmul(builder.fsub(b_, builder.fmul(a, bprev)), inv)
-            return a, inv, c1, b1, builder.fadd(b1, builder.fmul(zero, builder.fadd(piv, c1)))
-
-        a0, inv0, cc, bb, xs = step(i, ld(at(10, None, v)), ld(at(11, None, v)))
-        st(xs, at(8, i, c))
-        st(cc, at(9, jr, v))
-        a1, inv1, cc, bb, xs = step(i1, cc, bb)
-        st(xs, at(8, i1, c))
-        st(cc, at(9, jr1, v))
-        st(cc, at(10, None, v))
-        st(bb, at(11, None, v))
-        if with_v:
-            # v' (x_prev's column) of the block's first rows: w = (-a * w_prev) * (1 / pivot), row by row
-            j = args[13]
-            w0 = builder.fmul(builder.fmul(builder.fneg(a0), ld(at(14, None, v))), inv0)
-            w1 = builder.fmul(builder.fmul(builder.fneg(a1), w0), inv1)
-            st(w0, at(12, j, v))
-            st(w1, at(12, builder.add(j, one_), v))
-            st(w1, at(14, None, v))
-        return context.get_dummy_value()
-
-    return codegen
-
-
-@intrinsic
-def _eliminate2_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp):
-    # _eliminate2 for systems v..v+7 (columns c..c+7 of the inputs and x) as explicit 8-wide vector code: the
-    # same operations in the same order (no contraction), so the same bits.  LLVM's vectorizer, given the
-    # scalar loop, guards it with run-time overlap checks of its fourteen rows (~80 compares per row pair, as
-    # much as the pair's arithmetic over 64 systems); explicit vector loads and stores need none.
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, dl, d, du, b, x, rc, cp, bp)
-    return sig, _eliminate2_x8_codegen(False)
-
-
-@intrinsic
-def _eliminate2v_x8(typingctx, c, v, i, jr, dl, d, du, b, x, rc, cp, bp, vs, j, vp):
-    # _eliminate2_x8 for a block's first H rows: also v' into rows j, j + 1 of vs and vp
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, dl, d, du, b, x, rc, cp, bp, vs, types.intp, vp)
-    return sig, _eliminate2_x8_codegen(True)
-
-
-@intrinsic
-def _backsub2_x8(typingctx, c, v, i, ja, jb, x, rc, xn):
-    # two rows (i, i - 1; the ring's ja, jb) of a window's back-substitution for systems v..v+7 (columns c..c+7
-    # of x), as explicit vector code in the scalar loop's order (the same bits)
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, x, rc, xn)
-
-    def codegen(context, builder, signature, args):
-        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
-        c, v, i, ja, jb = args[:5]
-        im = builder.sub(i, ir.Constant(ir.IntType(64), 1))
-        ya = builder.fsub(ld(at(5, i, c)), builder.fmul(ld(at(6, ja, v)), ld(at(7, None, v))))
-        st(ya, at(5, i, c))
-        yb = builder.fsub(ld(at(5, im, c)), builder.fmul(ld(at(6, jb, v)), ya))
-        st(yb, at(5, im, c))
-        st(yb, at(7, None, v))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _halo2_x8(typingctx, c, v, i, ja, jb, x, rc, xn, pp):
-    # two rows of the halo's back-substitution for systems v..v+7 (x is read, not written; pp gathers the
-    # dropped term's factors), as explicit vector code in the scalar loop's order
-    sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, x, rc, xn, pp)
-
-    def codegen(context, builder, signature, args):
-        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
-        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64x8, [f64x8]), "llvm.fabs.v8f64")
-        c, v, i, ja, jb = args[:5]
-        im = builder.sub(i, ir.Constant(ir.IntType(64), 1))
-        ca, cb = ld(at(6, ja, v)), ld(at(6, jb, v))
-        inner = builder.fsub(ld(at(5, i, c)), builder.fmul(ca, ld(at(7, None, v))))
-        st(builder.fsub(ld(at(5, im, c)), builder.fmul(cb, inner)), at(7, None, v))
-        prod = builder.fmul(builder.call(fabs, [ca]), builder.call(fabs, [cb]))
-        st(builder.fmul(ld(at(8, None, v)), prod), at(8, None, v))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _prefetch8(typingctx, a, v, j):
-    # software prefetch of the lines holding a[v + q, j] for q < 8 (a 2-D array; addresses past its end are
-    # harmless: a prefetch never faults)
-    sig = types.void(a, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        base = builder.add(builder.ptrtoint(ary.data, i64), builder.mul(args[2], ir.Constant(i64, 8)))
-        for q in range(8):
-            addr = builder.add(base, builder.mul(builder.add(args[1], ir.Constant(i64, q)), stride))
-            # read, into all cache levels, data
-            builder.call(fn, [builder.inttoptr(addr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                              ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @_inline
