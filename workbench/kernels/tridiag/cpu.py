@@ -7,13 +7,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._intrinsics import _prefetch
 from .params import _CHK_SCALE, _PREFETCH_COLUMNS
 from .simd import (
     _backsub2_x8,
     _eliminate2_x8,
     _eliminate2v_x8,
     _halo2_x8,
-    _prefetch8,
     _store_fence,
     _transpose4,
     _transpose4_nt,
@@ -903,6 +903,25 @@ def _minus_column(x, r0, C, sol, v0, n):
 
 
 @_inline
+def _prefetch_rows(a, v, j):
+    # the line holding column j of each of a's rows v..v+7 (those it has)
+    if j >= a.shape[1]:
+        return
+    if v + 8 <= a.shape[0]:
+        _prefetch(a, v, j)
+        _prefetch(a, v + 1, j)
+        _prefetch(a, v + 2, j)
+        _prefetch(a, v + 3, j)
+        _prefetch(a, v + 4, j)
+        _prefetch(a, v + 5, j)
+        _prefetch(a, v + 6, j)
+        _prefetch(a, v + 7, j)
+    else:
+        for q in range(a.shape[0] - v):
+            _prefetch(a, v + q, j)
+
+
+@_inline
 def _unit_rows(a):
     return a.shape[1] < 2 or a.strides[1] == 8
 
@@ -934,9 +953,9 @@ def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
                 # a line ahead on each of the eight rows, or on the next eight's once this segment ends
                 if (t - lo) % 8 == 0:
                     if t + _PREFETCH_COLUMNS < hi:
-                        _prefetch8(a, v0 + vb, t - r0 + _PREFETCH_COLUMNS)
+                        _prefetch_rows(a, v0 + vb, t - r0 + _PREFETCH_COLUMNS)
                     else:
-                        _prefetch8(a, v0 + vb + 8, lo - r0 + (t + _PREFETCH_COLUMNS - hi))
+                        _prefetch_rows(a, v0 + vb + 8, lo - r0 + (t + _PREFETCH_COLUMNS - hi))
                 _transpose4(a, v0 + vb, t - r0, s, t - i0, vb)
                 _transpose4(a, v0 + vb + 4, t - r0, s, t - i0, vb + 4)
                 t += 4

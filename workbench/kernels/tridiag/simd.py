@@ -2,7 +2,7 @@
 
 Eight doubles per operation (AVX-512 here; LLVM splits them where vectors are narrower), in the scalar
 code's order and without contraction, so they give the scalar code's bits; 4 x 4 transposes for the
-(batch, n) layout's panels; software prefetch.  Numba has no shuffles or explicit vectors of its own, and
+(batch, n) layout's panels.  Numba has no shuffles or explicit vectors of its own, and
 LLVM's vectorizer guards loops over many rows with run-time overlap checks.  Numba keys its on-disk cache
 on the calling module's file: after an edit here, touch ``cpu.py`` (or clear ``__pycache__``).
 """
@@ -187,29 +187,6 @@ def _halo2_x8(typingctx, c, v, i, ja, jb, x, rc, xn, pp):
         st(builder.fsub(ld(at(5, im, c)), builder.fmul(cb, inner)), at(7, None, v))
         prod = builder.fmul(builder.call(fabs, [ca]), builder.call(fabs, [cb]))
         st(builder.fmul(ld(at(8, None, v)), prod), at(8, None, v))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _prefetch8(typingctx, a, v, j):
-    # software prefetch of the lines holding a[v + q, j] for q < 8 (a 2-D array; addresses past its end are
-    # harmless: a prefetch never faults)
-    sig = types.void(a, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        i64, i32, i8p = ir.IntType(64), ir.IntType(32), ir.IntType(8).as_pointer()
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        base = builder.add(builder.ptrtoint(ary.data, i64), builder.mul(args[2], ir.Constant(i64, 8)))
-        for q in range(8):
-            addr = builder.add(base, builder.mul(builder.add(args[1], ir.Constant(i64, q)), stride))
-            # read, into all cache levels, data
-            builder.call(fn, [builder.inttoptr(addr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                              ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
