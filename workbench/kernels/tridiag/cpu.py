@@ -658,17 +658,15 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                 r0 = k * W
                 k += 1
                 if last:
-                    xe = x[i0 + L - 1, v0:v1]
                     for v in range(vn):
-                        xn[v] = xe[v]
+                        xn[v] = x[i0 + L - 1, v0 + v]
                     top = L - 2
                 else:
                     r1 = k * W
-                    xe = x[i0 + e, v0:v1]
-                    rce = rc[e % RB]
+                    je = e % RB
                     for v in range(vn):
-                        xn[v] = xe[v]
-                        pp[v] = abs(rce[v])
+                        xn[v] = x[i0 + e, v0 + v]
+                        pp[v] = abs(rc[je, v])
                     jj = e - 1
                     jr = jj % RB
                     while jj > r1:
@@ -689,11 +687,10 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                             pp[v] *= abs(ca) * abs(cb)
                         jj -= 2
                     if jj == r1:
-                        rcs = rc[jj % RB]
-                        xr = x[i0 + jj, v0:v1]
+                        jc = jj % RB
                         for v in range(vn):
-                            cv = rcs[v]
-                            xn[v] = xr[v] - cv * xn[v]
+                            cv = rc[jc, v]
+                            xn[v] = x[i0 + jj, v0 + v] - cv * xn[v]
                             pp[v] *= abs(cv)
                     for v in range(vn):
                         t_halo = max(t_halo, pp[v])
@@ -719,12 +716,11 @@ def fused_kernel(dl, d, du, b, starts, lens, x, VS, WS, edge, chk, tau, Vt, W, H
                         xn[v] = yb
                     jj -= 2
                 if jj == r0:
-                    rcs = rc[jj % RB]
-                    xr = x[i0 + jj, v0:v1]
+                    jc = jj % RB
                     for v in range(vn):
-                        xv = xr[v] - rcs[v] * xn[v]
+                        xv = x[i0 + jj, v0 + v] - rc[jc, v] * xn[v]
                         xn[v] = xv
-                        xr[v] = xv
+                        x[i0 + jj, v0 + v] = xv
                 for v in range(vn):
                     top_sum[v] += xn[v]
                 if r0 == 0:
@@ -1066,12 +1062,13 @@ def fused_batch_kernel(dl, dl2, d, d2, du, du2, b, b2, r0, starts, lens, x, VS, 
                 ra, rb = r0[2 * k], r0[2 * k + 1]
                 lo = min(max(ra, i0), max(rb, i0) if pb.shape[1] else i0 + L)
                 hi = max(min(ra + pa.shape[1], i0 + L), min(rb + pb.shape[1], i0 + L) if pb.shape[1] else i0)
-                for i in range(L):
-                    if i < lo - i0 or i >= hi - i0:
-                        for v in range(vn):
-                            sk[i, v] = 0.0
-                    for v in range(vn, Vt):
-                        sk[i, v] = 1.0 if k == 1 else 0.0
+                if lo > i0 or hi < i0 + L or vn < Vt:
+                    for i in range(L):
+                        if i < lo - i0 or i >= hi - i0:
+                            for v in range(vn):
+                                sk[i, v] = 0.0
+                        for v in range(vn, Vt):
+                            sk[i, v] = 1.0 if k == 1 else 0.0
                 load_panel_kernel(pa, r0[2 * k], sk, v0, vn, i0, i0 + L)
                 load_panel_kernel(pb, r0[2 * k + 1], sk, v0, vn, i0, i0 + L)
                 k += 1
