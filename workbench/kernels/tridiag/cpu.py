@@ -981,8 +981,9 @@ def store_panel_kernel(s, x, v0, vn):
     # in 4 x 4 tiles as load_panel_kernel reads them
     m = s.shape[0]
     vb = 0
-    if _unit_rows(s) and _unit_rows(x):
-        streaming = x.ctypes.data % 32 == 0 and x.strides[0] % 32 == 0
+    unit = _unit_rows(s) and _unit_rows(x)
+    streaming = unit and x.ctypes.data % 32 == 0 and x.strides[0] % 32 == 0
+    if unit:
         while vb + 8 <= vn:
             t = 0
             if streaming:
@@ -1011,7 +1012,8 @@ def store_panel_kernel(s, x, v0, vn):
         q0 = x[v0 + v]
         for i in range(m):
             q0[i] = s[i, v]
-    _store_fence()
+    if streaming:
+        _store_fence()
 
 
 @_njit

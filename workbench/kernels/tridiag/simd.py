@@ -15,32 +15,54 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
+def _lanes(context, builder, signature, args, width):
+    # codegen helpers of the intrinsics: at(k, row, col) points `width` doubles at row `row`, column `col` of
+    # argument k (a 2-D array with unit inner stride; a 1-D one takes row=None)
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(ir.DoubleType(), width)
+    arrays = {}
+
+    def at(k, row, col):
+        if k not in arrays:
+            arrays[k] = context.make_array(signature.args[k])(context, builder, args[k])
+        a = arrays[k]
+        off = builder.mul(col, ir.Constant(i64, 8))
+        if row is not None:
+            off = builder.add(off, builder.mul(row, cgutils.unpack_tuple(builder, a.strides, 2)[0]))
+        return builder.inttoptr(builder.add(builder.ptrtoint(a.data, i64), off), vec.as_pointer())
+
+    def ld(ptr):
+        return builder.load(ptr, align=8)
+
+    def st(val, ptr):
+        builder.store(val, ptr, align=8)
+
+    return vec, at, ld, st
+
+
 def _transpose4_codegen(streaming):
     def codegen(context, builder, signature, args):
-        f64x4, i64, i32x4 = ir.VectorType(ir.DoubleType(), 4), ir.IntType(64), ir.VectorType(ir.IntType(32), 4)
-        src_a = context.make_array(signature.args[0])(context, builder, args[0])
-        dst_a = context.make_array(signature.args[3])(context, builder, args[3])
+        _, at, ld, _ = _lanes(context, builder, signature, args, 4)
+        i32x4 = ir.VectorType(ir.IntType(32), 4)
 
-        def at(ary, row, k, col):
-            stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
-            off = builder.add(builder.mul(builder.add(row, ir.Constant(i64, k)), stride),
-                              builder.mul(col, ir.Constant(i64, 8)))
-            return builder.inttoptr(builder.add(builder.ptrtoint(ary.data, i64), off), f64x4.as_pointer())
+        def row(r, k):
+            return builder.add(r, ir.Constant(ir.IntType(64), k))
 
         def shuf(a, b, m):
             return builder.shuffle_vector(a, b, ir.Constant(i32x4, m))
 
-        a0, a1, a2, a3 = (builder.load(at(src_a, args[1], k, args[2]), align=8) for k in range(4))
+        a0, a1, a2, a3 = (ld(at(0, row(args[1], k), args[2])) for k in range(4))
         t0, t1 = shuf(a0, a1, [0, 4, 2, 6]), shuf(a0, a1, [1, 5, 3, 7])
         t2, t3 = shuf(a2, a3, [0, 4, 2, 6]), shuf(a2, a3, [1, 5, 3, 7])
         out = (shuf(t0, t2, [0, 1, 4, 5]), shuf(t1, t3, [0, 1, 4, 5]), shuf(t0, t2, [2, 3, 6, 7]),
                shuf(t1, t3, [2, 3, 6, 7]))
         for k in range(4):
+            ptr = at(3, row(args[4], k), args[5])
             if streaming:
-                st = builder.store(out[k], at(dst_a, args[4], k, args[5]), align=32)
+                st = builder.store(out[k], ptr, align=32)
                 st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
             else:
-                builder.store(out[k], at(dst_a, args[4], k, args[5]), align=8)
+                builder.store(out[k], ptr, align=8)
         return context.get_dummy_value()
 
     return codegen
@@ -71,34 +93,9 @@ def _store_fence(typingctx):
     return types.void(), codegen
 
 
-def _lanes8(context, builder, signature, args):
-    # codegen helpers of the x8 intrinsics: at(k, row, col) points 8 doubles at row `row`, column `col` of
-    # argument k (a 2-D array with unit inner stride; a 1-D one takes row=None)
-    i64 = ir.IntType(64)
-    f64x8 = ir.VectorType(ir.DoubleType(), 8)
-    arrays = {}
-
-    def at(k, row, col):
-        if k not in arrays:
-            arrays[k] = context.make_array(signature.args[k])(context, builder, args[k])
-        a = arrays[k]
-        off = builder.mul(col, ir.Constant(i64, 8))
-        if row is not None:
-            off = builder.add(off, builder.mul(row, cgutils.unpack_tuple(builder, a.strides, 2)[0]))
-        return builder.inttoptr(builder.add(builder.ptrtoint(a.data, i64), off), f64x8.as_pointer())
-
-    def ld(ptr):
-        return builder.load(ptr, align=8)
-
-    def st(val, ptr):
-        builder.store(val, ptr, align=8)
-
-    return f64x8, at, ld, st
-
-
 def _eliminate2_x8_codegen(with_v):
     def codegen(context, builder, signature, args):
-        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
+        f64x8, at, ld, st = _lanes(context, builder, signature, args, 8)
         c, v, i, jr = args[:4]
         one_ = ir.Constant(ir.IntType(64), 1)
         i1, jr1 = builder.add(i, one_), builder.add(jr, one_)
@@ -158,7 +155,7 @@ def _backsub2_x8(typingctx, c, v, i, ja, jb, x, rc, xn):
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, x, rc, xn)
 
     def codegen(context, builder, signature, args):
-        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
+        f64x8, at, ld, st = _lanes(context, builder, signature, args, 8)
         c, v, i, ja, jb = args[:5]
         im = builder.sub(i, ir.Constant(ir.IntType(64), 1))
         ya = builder.fsub(ld(at(5, i, c)), builder.fmul(ld(at(6, ja, v)), ld(at(7, None, v))))
@@ -178,7 +175,7 @@ def _halo2_x8(typingctx, c, v, i, ja, jb, x, rc, xn, pp):
     sig = types.void(types.intp, types.intp, types.intp, types.intp, types.intp, x, rc, xn, pp)
 
     def codegen(context, builder, signature, args):
-        f64x8, at, ld, st = _lanes8(context, builder, signature, args)
+        f64x8, at, ld, st = _lanes(context, builder, signature, args, 8)
         fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64x8, [f64x8]), "llvm.fabs.v8f64")
         c, v, i, ja, jb = args[:5]
         im = builder.sub(i, ir.Constant(ir.IntType(64), 1))
