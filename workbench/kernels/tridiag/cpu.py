@@ -929,9 +929,9 @@ def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
     # coefficients) is broadcast.  Eight systems at a time, each read along its row (eight streams the
     # prefetcher follows), in 4 x 4 tiles transposed in registers: each panel row gets a whole 64-byte line
     # per step (four systems at a time wrote half lines, and ran this pass at half the read bandwidth).
-    # It reads ~20 GB/s on one core here against ~40 contiguous, bound by the rows' short segments: 8 x 8
-    # tiles (whole lines per load), 16 rows in flight, prefetching 32-256 columns or a group of rows ahead,
-    # and segments twice or four times as long (narrower panels) all measured the same.
+    # It reads ~20 GB/s on one core here against ~40 for one contiguous stream; none of these read faster:
+    # 8 x 8 tiles (whole lines per load), prefetching 32-256 columns or the next group of rows ahead, and
+    # segments two to six times as long (panels of 16 or 32 systems over fewer blocks).
     Va, w = a.shape
     lo = max(i0, r0)
     hi = min(i1, r0 + w)
