@@ -95,6 +95,10 @@ def test_core_binding_bad_arguments(monkeypatch):
         wb.cluster(pin="yes")
 
 
+def _stream_intervals(dask_scheduler):
+    return {w: s.interval for w, s in dask_scheduler.stream_comms.items()}
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="core binding is Linux-only")
 def test_workers_bound_to_their_cores_and_a_restarted_worker_too():
     sets = _core_sets(2, 1, None)
@@ -107,6 +111,10 @@ def test_workers_bound_to_their_cores_and_a_restarted_worker_too():
         # every thread of worker i, those its first SPMD group started included, on share i only
         assert by_name == {i: [tuple(sets[i])] for i in range(2)}
         assert sorted(worker_cores(client).values()) == sets
+        # and messages to every worker, the replacement's too, wait at most 2 ms to be batched
+        streams = client.run_on_scheduler(_stream_intervals)
+        assert sorted(streams) == worker_addresses(client) and max(streams.values()) <= 0.002
+        assert client.scheduler_comm.interval <= 0.002
 
     with wb.cluster("cpu", n_workers=2, quiet=True) as client:
         assert wb.comms.spmd(lambda comm, _: comm.allgather(comm.rank), [None, None], client=client)[0] == [0, 1]
