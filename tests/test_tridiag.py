@@ -533,6 +533,22 @@ def test_readme_layout_runs_only_the_ranks(clients, n_workers):
     _close(got, _oracle(dl, d, du, b))
 
 
+def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
+    # n = 200: twelfths, sixths and quarters of the line are shorter than 2 * halo + 2 rows, halves are not;
+    # whole systems per worker (host input) or a line split over two, the same blocks and the same answers
+    import dask.array as da
+
+    dl, d, du, b = _system("dominant", 200, 24, None, seed=5)
+    xs, got = [], []
+    for p in (1, 3, 2):
+        args = (dl, d, du, b) if p != 2 else [da.from_array(a, chunks=(24, 100)) for a in (dl, d, du, b)]
+        xs.append(wb.tridiag_solve(*args, client=clients(p)))
+        got.append(np.asarray(xs[-1]))     # on its own cluster, the default client while it is the last asked
+    assert [x.stats["path"] for x in xs] == ["fused"] * 3 and xs[2].stats["split"] == "line"
+    _close(got[0], _oracle(dl, d, du, b))
+    assert all(np.array_equal(g, got[0]) for g in got[1:])
+
+
 @pytest.mark.parametrize("n_workers", [2, 3])
 @pytest.mark.parametrize("periodic", [False, True])
 def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, periodic):

@@ -52,8 +52,10 @@ Fused single pass (batches of dominant systems)
 For a batch with one right-hand side and ``reduced="auto"`` (and the compact
 derivative's systems, the paper's use case), the line is cut
 into 12 *blocks* (runs of the grid's sub-blocks; cut again at rank edges, so
-1, 2, 3, 4, 6 or 12 workers see the same blocks) and each rank makes one pass
-over its inputs, tile by tile of 2048 systems:
+1, 2, 3, 4, 6 or 12 workers see the same blocks; a line too short for
+twelfths of ``2 H + 2`` rows is cut in sixths, quarters, halves or not at
+all, and the worker counts dividing those see the same blocks) and each rank
+makes one pass over its inputs, tile by tile of 2048 systems:
 
 * a forward elimination writes ``b'`` into ``x`` and ``c'`` into a ring of
   rows; every ``W = 64`` rows, the window is back-substituted starting
@@ -618,10 +620,9 @@ def _line_offsets(n: int, P: int, batch: int, edges: np.ndarray) -> np.ndarray:
     answers do not change by a bit."""
     offs = _rank_offsets(n, P, batch)
     grid = block_grid(n, batch)
-    K = len(grid) - 1
-    if P < 2 or len(edges) < 3 or K % _FUSED_BLOCKS:
+    coarse = _fused_grid(grid)
+    if P < 2 or len(edges) < 3 or coarse is None:
         return offs
-    coarse = grid[::K // _FUSED_BLOCKS]
 
     def cost(o: np.ndarray) -> int:   # the largest share, plus the rows read from a chunk a neighbour takes
         return int(np.diff(o).max()) + _MOVE_COST * sum(int(np.abs(edges - o[r]).min()) for r in range(1, P))
@@ -644,19 +645,34 @@ def _sub_blocks(lo: int, hi: int, grid: np.ndarray) -> tuple[np.ndarray, np.ndar
     return edges[:-1], np.diff(edges)
 
 
+def _fused_grid(grid: np.ndarray) -> np.ndarray | None:
+    """Where the fused pass's blocks may end along the line (before rank edges cut them): the grid's twelfths,
+    or on a line too short for twelfths of ``2 * halo + 2`` rows its sixths, quarters, halves or the whole line,
+    the finest that long, so a short line (a 256-point axis of a 3-D field) still takes the single pass
+    (65536 systems of 256 rows, 2 workers: 0.45 s a call on the two-pass path).  A function of the grid
+    alone: every worker count that divides the number of blocks gets the same blocks, so the same answers."""
+    K = len(grid) - 1
+    if K % _FUSED_BLOCKS:
+        return None
+    for parts in (_FUSED_BLOCKS, 6, 4, 2, 1):
+        coarse = grid[::K // parts]
+        if np.diff(coarse).min() >= 2 * _FUSED_HALOS[0] + 2:
+            return coarse
+    return None
+
+
 def _fused_blocks(spec: _Spec, offs: np.ndarray, grid: np.ndarray) -> list | None:
     """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
 
-    The blocks are runs of the grid's sub-blocks cut at every ``K / 12``-th grid
-    point (and at rank edges), so for 1, 2, 3, 4, 6 or 12 workers they are the
-    same blocks and the answers stay bitwise identical.
+    The blocks are runs of the grid's sub-blocks cut at :func:`_fused_grid`'s edges (and at rank edges),
+    so for 1, 2, 3, 4, 6 or 12 workers (those dividing the number of blocks) they are the same blocks and
+    the answers stay bitwise identical.
     """
-    K = len(grid) - 1
     P = len(offs) - 1
+    coarse = _fused_grid(grid)
     if (spec.reduced != "auto" or spec.R != 1 or spec.V < 8 or spec.engine == "array"
-            or K % _FUSED_BLOCKS or any(offs[r + 1] <= offs[r] for r in range(P))):
+            or coarse is None or any(offs[r + 1] <= offs[r] for r in range(P))):
         return None
-    coarse = grid[::K // _FUSED_BLOCKS]
     out = []
     for r in range(P):
         lo, hi = int(offs[r]), int(offs[r + 1])
