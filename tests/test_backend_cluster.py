@@ -115,6 +115,7 @@ def test_workers_bound_to_their_cores_and_a_restarted_worker_too():
         streams = client.run_on_scheduler(_stream_intervals)
         assert sorted(streams) == worker_addresses(client) and max(streams.values()) <= 0.002
         assert client.scheduler_comm.interval <= 0.002
+        assert client.direct_to_workers   # results come from the workers, not through the scheduler
 
     with wb.cluster("cpu", n_workers=2, quiet=True) as client:
         assert wb.comms.spmd(lambda comm, _: comm.allgather(comm.rank), [None, None], client=client)[0] == [0, 1]
