@@ -222,7 +222,7 @@ def _bfs_rank(comm: Any, rank_arg: tuple, sources: list, opts: dict) -> dict:
 def _narrow(x: Any, bound: int) -> np.ndarray:
     """Host copy of an int64 array whose values lie in [-1, bound], in the smallest signed type that holds them."""
     t = next(t for t in (np.int8, np.int16, np.int32, np.int64) if bound <= np.iinfo(t).max)
-    return np.array(to_host(x)).astype(t)
+    return to_host(x).astype(t)   # a copy: the searcher's buffers are reused
 
 
 class _Searcher:
