@@ -64,8 +64,8 @@ def tridiag(client) -> None:
     # chunk edges off the ranks' edges: the answer's blocks have room for rows the neighbours pass
     skew = [a.rechunk((64, (700, a.shape[1] - 700))) for a in gtsv_system(2047, 64, seed=1, client=client)]
     wb.tridiag_solve(*skew, client=client).compute()
-    # host data, long and short lines (halves of 256 rows: still the fused pass), and reduced="exact" (two
-    # passes); the serial reference
+    # host data, long and short lines (a 256-row line in halves: still the fused pass), and reduced="exact"
+    # (two passes); the serial reference
     for n, batch in ((2048, 16), (4096, None), (256, 16), (512, None)):
         host = [np.asarray(a) for a in gtsv_system(n, batch, seed=2, client=client)]
         wb.tridiag_solve(*host, client=client).compute()

@@ -180,7 +180,7 @@ class _PromptStreams:
         for worker in list(scheduler.stream_comms):
             self.add_worker(scheduler, worker)
 
-    def add_worker(self, scheduler: Any = None, worker: str = "") -> None:
+    def add_worker(self, scheduler: Any, worker: str) -> None:
         stream = scheduler.stream_comms.get(worker)
         if stream is not None:
             stream.interval = min(stream.interval, self.interval)
@@ -190,9 +190,7 @@ def _prompt_messages(client: Any) -> None:
     """Batch the messages of a cluster :func:`cluster` started for at most ``_MESSAGE_BATCH_S`` (see there)."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    stream = getattr(client, "scheduler_comm", None)
-    if stream is not None and hasattr(stream, "interval"):
-        stream.interval = min(stream.interval, _MESSAGE_BATCH_S)
+    client.scheduler_comm.interval = min(client.scheduler_comm.interval, _MESSAGE_BATCH_S)
     plugin = type("WorkbenchPromptStreams", (_PromptStreams, SchedulerPlugin), {})(_MESSAGE_BATCH_S)
     client.register_plugin(plugin, name=_PromptStreams.name)
 

@@ -202,6 +202,7 @@ from .params import (
     _BLOCK_ROWS_BATCH,
     _BLOCK_ROWS_SINGLE,
     _FUSED_BLOCKS,
+    _FUSED_COARSER,
     _FUSED_HALOS,
     _MOVE_COST,
     _PROBE,
@@ -654,7 +655,7 @@ def _fused_grid(grid: np.ndarray) -> np.ndarray | None:
     K = len(grid) - 1
     if K % _FUSED_BLOCKS:
         return None
-    for parts in (_FUSED_BLOCKS, 6, 4, 2, 1):
+    for parts in (_FUSED_BLOCKS, *_FUSED_COARSER):
         coarse = grid[::K // parts]
         if np.diff(coarse).min() >= 2 * _FUSED_HALOS[0] + 2:
             return coarse

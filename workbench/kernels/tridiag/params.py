@@ -39,9 +39,10 @@ _FUSED_HALOS = (32, 40, 48, 56, 64)
 #: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
 _PROBE_ROWS = (16, 80)
 _PROBE_MARGIN = 1e-3
-#: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers;
-#: a line too short for twelfths takes sixths, quarters, halves or one: see __init__._fused_grid).
+#: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers),
+#: and the coarser cuts a line too short for twelfths takes, finest first (see __init__._fused_grid).
 _FUSED_BLOCKS = 12
+_FUSED_COARSER = (6, 4, 2, 1)
 #: Rows a rank solves in the time one row (the four inputs' columns) moves to it from a neighbour's chunk
 #: (~13 here: 2 workers, (16384, 4096) chunked (16384, 3000)); a rank edge follows the caller's chunk edge
 #: to the nearest twelfth while the rows it then need not borrow outweigh the imbalance at this rate.
