@@ -200,6 +200,47 @@ def test_large_payloads_same_host(client4, n_ranks):
             assert sum(out["pulled"] for out in res) > 0
 
 
+def _result_of(comm, n):
+    return {"rank": comm.rank, "ids": np.arange(n, dtype=np.int64) + comm.rank, "opaque": _Opaque(comm.rank)
+            if n == 0 else None}
+
+
+def _result_slots():
+    return len(comms._RESULTS.slots)
+
+
+@pytest.mark.parametrize("n", [0, 1 << 18])    # a socket-sized result, and one over the pull threshold
+def test_fetch_group_takes_results_from_the_workers(client4, monkeypatch, n):
+    addrs = worker_addresses(client4)[:3]
+    want = [{"rank": r, "ids": np.arange(n) + r} for r in range(3)]
+    for fetch in (True, False):
+        futs = comms.run_spmd(_result_of, [n] * 3, client=client4, workers=addrs, fetch=fetch)
+        if fetch:   # no word from the scheduler, no client.gather: straight from the ranks' workers
+            with monkeypatch.context() as m:
+                m.setattr(comms, "wait_group", None)
+                m.setattr(comms, "gather_results", None)
+                got = comms.fetch_group(futs)
+        else:
+            got = comms.fetch_group(futs)
+        for g, w in zip(got, want, strict=True):
+            assert g["rank"] == w["rank"] and np.array_equal(g["ids"], w["ids"]) and g["ids"].dtype == np.int64
+            assert (g["opaque"].v == w["rank"]) if n == 0 else g["opaque"] is None
+        del futs
+    # the workers let the results go once taken
+    deadline = time.monotonic() + 10
+    while any(client4.run(_result_slots, workers=addrs).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(client4.run(_result_slots, workers=addrs).values())
+
+
+def test_fetch_group_raises_the_ranks_error(client4):
+    addrs = worker_addresses(client4)[:3]
+    futs = comms.run_spmd(_fail_on_rank1, [None] * 3, client=client4, workers=addrs, timeout=120, fetch=True)
+    with pytest.raises(ZeroDivisionError, match="rank 1 exploded"):
+        comms.fetch_group(futs)
+    assert not any(client4.run(_result_slots, workers=addrs).values())
+
+
 class _Opaque:
     """Not a host-only payload: takes the rpc path even between same-host workers."""
 

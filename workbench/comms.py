@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import operator
 import os
 import pickle
@@ -71,6 +72,7 @@ __all__ = [
     "split_results",
     "wait_group",
     "gather_results",
+    "fetch_group",
     "lost_workers",
     "DEFAULT_TIMEOUT",
 ]
@@ -199,6 +201,8 @@ def _install_handlers(worker: Any) -> None:
     worker.handlers.setdefault("wb_comms_deliver", deliver)
     worker.handlers.setdefault("wb_comms_abort", _abort)
     worker.handlers.setdefault("wb_comms_pulled", _pulled)
+    worker.handlers.setdefault("wb_comms_result", _serve_result)
+    worker.handlers.setdefault("wb_comms_result_taken", _RESULTS.drop)
     _quiet_input_errors()
 
 
@@ -419,6 +423,111 @@ def _pulled(key: str, receiver: int, error: str | None = None) -> str:
         if out.pending <= 0:
             out.done.set()
     return "OK"
+
+
+# --------------------------------------------------------------------------
+# Results straight to the client (fetch_group): without the scheduler's word that a rank ended and
+# without its who_has, and on one host copied out of the worker's memory
+# --------------------------------------------------------------------------
+
+
+_FAILED = object()   # a slot's value when its rank raised: the client then waits for the group's error
+_SERVED_TTL = 60.0   # seconds a served parcel's buffers wait for the client to say it took them
+
+
+class _Slot:
+    __slots__ = ("value", "done", "waiters", "since", "outgoing")
+
+    def __init__(self) -> None:
+        self.value: Any = None
+        self.done = False
+        self.waiters: list = []          # (loop, asyncio future) of handlers waiting for the value
+        self.since = time.monotonic()    # made, then served
+        self.outgoing: _Outgoing | None = None
+
+    def stale(self, now: float) -> bool:
+        # a parcel is taken within milliseconds of being served (unless its client went away)
+        return now - self.since > (_SERVED_TTL if self.outgoing is not None else DEFAULT_TIMEOUT)
+
+
+class _ResultSlots:
+    """A rank's result, kept for the client that asked for it (``run_spmd(fetch=True)``) until it has
+    taken it; a slot nobody collects expires after the groups' timeout."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slots: dict[tuple[str, int], _Slot] = {}
+
+    def _slot(self, group: str, rank: int) -> _Slot:
+        key = (group, rank)
+        slot = self.slots.get(key)
+        if slot is None:
+            now = time.monotonic()
+            for k in [k for k, s in self.slots.items() if s.stale(now)]:
+                del self.slots[k]
+            slot = self.slots[key] = _Slot()
+        return slot
+
+    def put(self, group: str, rank: int, value: Any) -> None:
+        """The rank's result (``_FAILED`` when it raised), from the rank's thread."""
+        with self.lock:
+            slot = self._slot(group, rank)
+            slot.value, slot.done = value, True
+            waiters, slot.waiters = slot.waiters, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_settle, fut)
+
+    async def take(self, group: str, rank: int, timeout: float) -> _Slot | None:
+        """The slot once its rank has ended, or None after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        with self.lock:
+            slot = self._slot(group, rank)
+            if slot.done:
+                return slot
+            fut = loop.create_future()
+            slot.waiters.append((loop, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return None
+        return slot
+
+    def drop(self, group: str, rank: int) -> str:
+        with self.lock:
+            self.slots.pop((group, rank), None)
+        return "OK"
+
+
+def _settle(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+_RESULTS = _ResultSlots()
+
+
+async def _serve_result(group: str, rank: int, reader: str | None = None,
+                        timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """Handler: rank ``rank``'s result once it ends.  A reader in this host's pid namespace gets a
+    parcel to copy out of this process (the slot keeps the buffers until it says it has taken them);
+    others get the value itself.  ``status`` is "pending" when the rank did not end within
+    ``timeout`` and "failed" when it raised: the client then waits for the group as before."""
+    from distributed.protocol import to_serialize
+
+    slot = await _RESULTS.take(group, rank, timeout)
+    if slot is None:
+        return {"status": "pending"}
+    if slot.value is _FAILED:
+        _RESULTS.drop(group, rank)
+        return {"status": "failed"}
+    if reader is not None and reader == _samehost._namespace_key("pid") and _host_only(slot.value):
+        packed = _Parcel.pack(slot.value, f"result-{group}-{rank}", "", 1)
+        if packed is not None:
+            parcel, slot.outgoing = packed
+            slot.since = time.monotonic()
+            return {"status": "parcel", "parcel": to_serialize(parcel)}
+    _RESULTS.drop(group, rank)
+    return {"status": "ok", "value": to_serialize(slot.value)}
 
 
 # --------------------------------------------------------------------------
@@ -769,7 +878,7 @@ _OPS: dict[str, Callable] = {
 
 def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeout: float,
                 rank_arg: Any, args: tuple, kwargs: dict, publish_info: bool = False, known: bool = False,
-                key: Any = None) -> Any:
+                key: Any = None, fetch: bool = False) -> Any:
     from distributed import get_worker, secede
 
     key = str(key or f"spmd-{group}-{rank}")  # the task's key as the worker's log names it
@@ -792,12 +901,18 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
                 raise TypeError(f"{getattr(fn, '__name__', fn)} must return (block, info dict) "
                                 f"with publish_info=True, got {type(out).__name__}")
             worker.log_event(_INFO_TOPIC, {"group": group, "rank": rank, "info": pickle.dumps(out[1], protocol=5)})
-            return out[0]
+            out = out[0]
+        if fetch:
+            _RESULTS.put(group, rank, out)
         return out
     except PeerFailedError:
+        if fetch:
+            _RESULTS.put(group, rank, _FAILED)
         _QUIET_KEYS.add(key)  # the peer's own error is the one that counts
         raise
     except BaseException as e:
+        if fetch:
+            _RESULTS.put(group, rank, _FAILED)
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
         if isinstance(e, ValueError | TypeError):  # bad input found on the worker: the client reports it
             _QUIET_KEYS.add(key)
@@ -848,7 +963,8 @@ def _find_pull_peers(comm: Comm) -> tuple[set[int], dict[int, str]]:
 def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
              workers: Sequence[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
              name: str | None = None, publish_info: bool = False,
-             chunk_index: Sequence[tuple[int, ...] | None] | None = None, **kwargs: Any) -> list:
+             chunk_index: Sequence[tuple[int, ...] | None] | None = None, fetch: bool = False,
+             **kwargs: Any) -> list:
     """Launch ``fn(comm, rank_args[r], *args, **kwargs)`` as one task per rank.
 
     Rank r runs on ``workers[r]`` (default: every worker, sorted).  Futures
@@ -866,6 +982,9 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     a dask array's chunk key, so :func:`workbench.partition.array_of` makes
     the array from the futures themselves (no alias task runs when it is
     persisted or computed).
+
+    With ``fetch=True`` each rank also keeps its result for :func:`fetch_group`,
+    which takes it straight from the rank's worker.
     """
     from distributed import Future  # noqa: F401
 
@@ -884,12 +1003,13 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
             else (f"spmd-{group}", *(int(i) for i in chunk_index[r])) for r in range(len(addresses))]
     futures = [
         client.submit(_rank_entry, fn, group, r, addresses, timeout, rank_args[r], args, kwargs, publish_info,
-                      known, keys[r], workers=[addresses[r]], allow_other_workers=False, pure=False,
+                      known, keys[r], fetch, workers=[addresses[r]], allow_other_workers=False, pure=False,
                       key=keys[r], retries=0)
         for r in range(len(addresses))
     ]
     futures_group = _SPMDFutures(futures, group, addresses, client)
     futures_group.published = publish_info
+    futures_group.fetch = fetch
     futures_group.inputs = _futures_in((rank_args, args, kwargs))
     return futures_group
 
@@ -921,6 +1041,7 @@ class _SPMDFutures(list):
         self.addresses = addresses
         self.client = client
         self.published = False
+        self.fetch = False      # the ranks keep their results for fetch_group
         self.inputs: list = []  # futures the ranks take as arguments
 
 
@@ -1106,6 +1227,70 @@ def gather_results(futures: Sequence[Any], client: Any, addresses: Sequence[str]
     return client.gather(list(futures))
 
 
+#: False once this process failed to copy a result out of a worker (no access): results then come by socket.
+_CLIENT_PULLS = True
+
+
+def fetch_group(futures: _SPMDFutures) -> list:
+    """:func:`wait_group`, then the ranks' results, for a group launched with ``run_spmd(fetch=True)``.
+
+    Each result comes straight from its rank's worker as the rank ends (copied out of the worker's
+    memory where the client shares its host), not after the scheduler has heard of the end and said
+    where the result is.  Any failure to get them so (a rank raised, a worker left, no access) falls
+    back to :func:`wait_group` and :func:`gather_results`, which raise what went wrong.
+    """
+    client = futures.client
+    if futures.fetch:
+        try:
+            got = client.sync(_fetch_results, futures)
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as e:
+            _fail_group(futures, f"the client stopped waiting ({e.__class__.__name__})")
+            raise
+        except Exception:   # the slow path below says what went wrong, or gets the results anyway
+            got = None
+        if got is not None:
+            client._workbench_groups.add(tuple(futures.addresses))
+            return got
+    wait_group(futures)
+    return gather_results(list(futures), client, futures.addresses)
+
+
+async def _fetch_results(futures: _SPMDFutures) -> list | None:
+    rpc = futures.client.rpc
+    reader = _samehost._namespace_key("pid") if _CLIENT_PULLS and _READV is not None else None
+    tasks = [asyncio.ensure_future(_fetch_one(rpc(a), futures.group, r, reader))
+             for r, a in enumerate(futures.addresses)]
+    try:
+        got = await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
+    return None if any(ok is False for ok, _ in got) else [value for _, value in got]
+
+
+async def _fetch_one(worker: Any, group: str, rank: int, reader: str | None) -> tuple[bool, Any]:
+    """(True, rank's result), or (False, None) when the slow path must say what happened."""
+    global _CLIENT_PULLS
+    reply = await worker.wb_comms_result(group=group, rank=rank, reader=reader)
+    if reply["status"] == "ok":
+        return True, reply["value"]
+    if reply["status"] != "parcel":
+        return False, None
+    try:
+        return True, reply["parcel"].pull()
+    except OSError:
+        _CLIENT_PULLS = False
+        return False, None
+    finally:   # the worker may let the buffers go (not waited for)
+        asyncio.ensure_future(_tell_taken(worker, group, rank))
+
+
+async def _tell_taken(worker: Any, group: str, rank: int) -> None:
+    with contextlib.suppress(OSError):
+        await worker.wb_comms_result_taken(group=group, rank=rank, reply=False)
+
+
 def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
          workers: Sequence[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
          retries: int = 1, gather: bool = True, **kwargs: Any) -> list:
@@ -1128,8 +1313,11 @@ def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
     attempt = 0
     while True:
         addrs = list(workers) if workers is not None else worker_addresses(client)
-        futs = run_spmd(fn, rank_args, *args, client=client, workers=addrs, timeout=timeout, **kwargs)
+        futs = run_spmd(fn, rank_args, *args, client=client, workers=addrs, timeout=timeout, fetch=gather,
+                        **kwargs)
         try:
+            if gather:
+                return fetch_group(futs)
             wait_group(futs)
         except WorkerLostError:
             attempt += 1
@@ -1142,4 +1330,4 @@ def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
                 raise WorkerLostError(f"a worker was lost and the cluster did not get back to "
                                       f"{len(rank_args)} workers within 120 s") from None
             continue
-        return gather_results(list(futs), client, addrs) if gather else list(futs)
+        return list(futs)

@@ -179,9 +179,8 @@ def bfs(graph: Any, source: int, *, client: Any = None, partition: str = "auto",
     prep = _prepare(G, client, layout)
     futs = comms.run_spmd(_bfs_rank, [(p, None) for p in prep], [int(source)],
                           dict(direction=direction, alpha=float(alpha), beta=float(beta)),
-                          client=client, workers=layout.workers, name="bfs")
-    comms.wait_group(futs)
-    outs = client.gather(list(futs))
+                          client=client, workers=layout.workers, name="bfs", fetch=True)
+    outs = comms.fetch_group(futs)
     # widened as they are joined (no narrow temporary to copy again)
     parent = np.concatenate([o["searches"][0]["parent"] for o in outs], dtype=np.int64)
     level = np.concatenate([o["searches"][0]["level"] for o in outs], dtype=np.int64)
@@ -259,9 +258,8 @@ def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0,
                  for r, (p, part) in enumerate(zip(prep, G.parts, strict=True))]
     futs = comms.run_spmd(_bfs_rank, rank_args, [int(s) for s in roots],
                           dict(direction=direction, alpha=float(alpha), beta=float(beta), keep=False),
-                          client=client, workers=layout.workers, name="graph500")
-    comms.wait_group(futs)
-    outs = client.gather(list(futs))
+                          client=client, workers=layout.workers, name="graph500", fetch=True)
+    outs = comms.fetch_group(futs)
     per = [_merge_stats([o["searches"][k]["stats"] for o in outs]) for k in range(len(roots))]
     seconds = np.array([s["seconds"] for s in per])
     edges = np.array([s["edges_traversed"] for s in per], dtype=np.int64)
