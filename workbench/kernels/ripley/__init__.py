@@ -202,9 +202,8 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
     addrs = sorted(set(pts.workers))
     rank_args = [[(int(pts.offsets[p]), pts.parts[p], None if tms is None else tms.parts[p])
                   for p in range(pts.n_parts) if pts.workers[p] == a] for a in addrs]
-    futs = comms.run_spmd(_ripley_rank, rank_args, cfg, client=client, workers=addrs, name="ripley")
-    comms.wait_group(futs)
-    infos = client.gather(list(futs))
+    futs = comms.run_spmd(_ripley_rank, rank_args, cfg, client=client, workers=addrs, name="ripley", fetch=True)
+    infos = comms.fetch_group(futs)
     seconds = time.perf_counter() - t_start
 
     head = infos[0]
