@@ -206,7 +206,7 @@ def _result_of(comm, n):
 
 
 def _result_slots():
-    return len(comms._RESULTS.slots)
+    return len(comms.RESULTS.slots)
 
 
 @pytest.mark.parametrize("n", [0, 1 << 18])    # a socket-sized result, and one over the pull threshold

@@ -31,7 +31,9 @@ offset of one pooled buffer).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import ctypes
 import logging
 import os
@@ -40,6 +42,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -155,6 +158,47 @@ def _offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
         offs.append(end)
         end += n
     return offs, end
+
+
+#: Payloads from this size cross by cross-memory attach (smaller ones cost less on the socket).
+_CMA_MIN = int(os.environ.get("WORKBENCH_COMMS_CMA_MIN", str(1 << 20)))
+
+
+class _Outgoing:
+    """A payload kept alive until every receiver has pulled it."""
+
+    def __init__(self, buffers: list, receivers: int) -> None:
+        self.buffers = buffers
+        self.receivers = self.pending = receivers
+        self.failed: list[int] = []   # global ranks that could not pull
+        self.done = threading.Event()
+
+
+class _Parcel:
+    """What travels on the socket instead of a large same-host payload."""
+
+    def __init__(self, key: str, sender: str, pid: int, head: bytes, spans: list[tuple[int, int]]) -> None:
+        self.key, self.sender, self.pid, self.head, self.spans = key, sender, pid, head, spans
+        self.lane: str | None = None  # the sender's lane, when the parcel came by it: the reply goes back that way
+
+    @classmethod
+    def pack(cls, obj: Any, key: str, sender: str, receivers: int) -> tuple[_Parcel, _Outgoing] | None:
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        try:
+            raws = [b.raw() for b in buffers]
+        except BufferError:
+            return None
+        if sum(r.nbytes for r in raws) < _CMA_MIN:
+            return None
+        spans = [(int(np.frombuffer(r, np.uint8).ctypes.data), r.nbytes) for r in raws]
+        return cls(key, sender, os.getpid(), head, spans), _Outgoing(raws, receivers)
+
+    def pull(self) -> Any:
+        offs, total = _offsets([n for _, n in self.spans])
+        dest = empty(total, np.uint8)  # pooled: fresh pages fault at the hypervisor here
+        _read_remote(self.pid, self.spans, dest, offs)
+        return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
 
 
 # ---- the lane: rank threads write straight to a peer's socket -----
@@ -373,3 +417,145 @@ def send(address: str, msg: Any, timeout: float) -> bool:
         sock.close()
         return False
     return True
+
+
+# ---- results straight to the client (comms.fetch_group) -----
+# A rank of a group launched with ``run_spmd(fetch=True)`` leaves its result in a slot of its process; the
+# client's request, made at launch, waits there and gets it as the rank ends: without the scheduler's word
+# that the rank ended and without its who_has, and on one host copied out of the worker's memory.
+
+
+_FAILED = object()   # a slot's value when its rank raised: the client then waits for the group's error
+_SERVED_TTL = 60.0   # seconds a served parcel's buffers wait for the client to say it took them
+
+
+class _Slot:
+    __slots__ = ("value", "done", "waiters", "since", "ttl", "outgoing")
+
+    def __init__(self, ttl: float) -> None:
+        self.value: Any = None
+        self.done = False
+        self.waiters: list = []          # (loop, asyncio future) of requests waiting for the value
+        self.since = time.monotonic()    # made, then served
+        self.ttl = ttl
+        self.outgoing: _Outgoing | None = None
+
+    def stale(self, now: float) -> bool:
+        # a parcel is taken within milliseconds of being served (unless its client went away)
+        return now - self.since > (_SERVED_TTL if self.outgoing is not None else self.ttl)
+
+
+class _ResultSlots:
+    """Ranks' results kept for the client that asked for them until it has taken them; a slot
+    nobody collects expires after its group's timeout."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slots: dict[tuple[str, int], _Slot] = {}
+
+    def _slot(self, group: str, rank: int, ttl: float) -> _Slot:
+        slot = self.slots.get((group, rank))
+        if slot is None:
+            now = time.monotonic()
+            for k in [k for k, s in self.slots.items() if s.stale(now)]:
+                del self.slots[k]
+            slot = self.slots[(group, rank)] = _Slot(ttl)
+        return slot
+
+    def put(self, group: str, rank: int, value: Any, ttl: float) -> None:
+        """The rank's result (``_FAILED`` when it raised), from the rank's thread."""
+        with self.lock:
+            slot = self._slot(group, rank, ttl)
+            slot.value, slot.done = value, True
+            waiters, slot.waiters = slot.waiters, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_settle, fut)
+
+    async def take(self, group: str, rank: int, timeout: float) -> _Slot | None:
+        """The slot once its rank has ended, or None after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        with self.lock:
+            slot = self._slot(group, rank, timeout)
+            if slot.done:
+                return slot
+            fut = loop.create_future()
+            slot.waiters.append((loop, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return None
+        return slot
+
+    def drop(self, group: str, rank: int) -> str:
+        with self.lock:
+            self.slots.pop((group, rank), None)
+        return "OK"
+
+
+def _settle(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+RESULTS = _ResultSlots()
+
+
+async def serve_result(group: str, rank: int, timeout: float, reader: str | None = None) -> dict:
+    """Worker handler: rank ``rank``'s result once it ends.  A reader in this host's pid namespace
+    gets a parcel to copy out of this process (the slot keeps the buffers until it says it has taken
+    them); others get the value itself.  ``status`` is "pending" when the rank did not end within
+    ``timeout`` and "failed" when it raised: the client then waits for the group the slow way."""
+    from distributed.protocol import to_serialize
+
+    slot = await RESULTS.take(group, rank, timeout)
+    if slot is None:
+        return {"status": "pending"}
+    if slot.value is _FAILED:
+        RESULTS.drop(group, rank)
+        return {"status": "failed"}
+    if reader is not None and reader == _namespace_key("pid") and _host_only(slot.value):
+        packed = _Parcel.pack(slot.value, f"result-{group}-{rank}", "", 1)
+        if packed is not None:
+            parcel, slot.outgoing = packed
+            slot.since = time.monotonic()
+            return {"status": "parcel", "parcel": to_serialize(parcel)}
+    RESULTS.drop(group, rank)
+    return {"status": "ok", "value": to_serialize(slot.value)}
+
+
+#: False once this process failed to copy a result out of a worker (no access): results then come by socket.
+_CLIENT_PULLS = True
+
+
+async def fetch_results(rpc: Any, group: str, addresses: Sequence[str], timeout: float) -> list | None:
+    """Client side: every rank's result, or None when one must be waited for the slow way."""
+    reader = _namespace_key("pid") if _CLIENT_PULLS and _READV is not None else None
+    tasks = [asyncio.ensure_future(_fetch_one(rpc(a), group, r, timeout, reader)) for r, a in enumerate(addresses)]
+    try:
+        got = await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
+    return None if any(ok is False for ok, _ in got) else [value for _, value in got]
+
+
+async def _fetch_one(worker: Any, group: str, rank: int, timeout: float, reader: str | None) -> tuple[bool, Any]:
+    global _CLIENT_PULLS
+    reply = await worker.wb_comms_result(group=group, rank=rank, timeout=timeout, reader=reader)
+    if reply["status"] == "ok":
+        return True, reply["value"]
+    if reply["status"] != "parcel":
+        return False, None
+    try:
+        return True, reply["parcel"].pull()
+    except OSError:
+        _CLIENT_PULLS = False
+        return False, None
+    finally:   # the worker may let the buffers go (not waited for)
+        asyncio.ensure_future(_tell_taken(worker, group, rank))
+
+
+async def _tell_taken(worker: Any, group: str, rank: int) -> None:
+    with contextlib.suppress(OSError):
+        await worker.wb_comms_result_taken(group=group, rank=rank, reply=False)

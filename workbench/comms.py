@@ -27,7 +27,12 @@ is used.  Device (cupy) payloads always take the normal path.
 Every wait has a timeout; a peer that fails broadcasts an abort so the rest of
 the group fails fast, and the client-side launcher aborts the group when one of
 its workers leaves the cluster.  Groups are reruns-from-inputs safe: nothing is
-kept in worker globals after a group ends.
+kept in worker globals after a group ends (a result kept for :func:`fetch_group`
+only until the client has taken it).
+
+:func:`fetch_group` takes the ranks' results straight from their workers as
+they end (copied out of their memory on one host), without the scheduler's
+word that the tasks finished; any failure falls back to :func:`wait_group`.
 
 Examples
 --------
@@ -43,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import operator
 import os
 import pickle
@@ -58,8 +62,21 @@ import dask
 import numpy as np
 
 from . import _samehost
-from ._samehost import _PROBE, _PULL_OK, _READV, _can_pull, _host_identity, _host_only, _offsets, _read_remote  # noqa: F401
-from .backend import empty
+from ._samehost import (  # noqa: F401
+    _CMA_MIN,
+    _FAILED,
+    _PROBE,
+    _PULL_OK,
+    _READV,
+    RESULTS,
+    _can_pull,
+    _host_identity,
+    _host_only,
+    _offsets,
+    _Outgoing,
+    _Parcel,
+    _read_remote,
+)
 
 __all__ = [
     "Comm",
@@ -86,8 +103,6 @@ _PLUGIN_NAME = "workbench-comms"
 #: Event topic on which a rank that returns ``(block, info)`` publishes ``info``:
 #: it reaches the client ahead of the task's completion, saving a round trip.
 _INFO_TOPIC = "workbench-spmd-info"
-
-_CMA_MIN = int(os.environ.get("WORKBENCH_COMMS_CMA_MIN", str(1 << 20)))
 
 
 class CommsError(RuntimeError):
@@ -202,8 +217,8 @@ def _install_handlers(worker: Any) -> None:
     worker.handlers.setdefault("wb_comms_deliver", deliver)
     worker.handlers.setdefault("wb_comms_abort", _abort)
     worker.handlers.setdefault("wb_comms_pulled", _pulled)
-    worker.handlers.setdefault("wb_comms_result", _serve_result)
-    worker.handlers.setdefault("wb_comms_result_taken", _RESULTS.drop)
+    worker.handlers.setdefault("wb_comms_result", _samehost.serve_result)
+    worker.handlers.setdefault("wb_comms_result_taken", RESULTS.drop)
     _quiet_input_errors()
 
 
@@ -322,43 +337,6 @@ _OUTBOX_LOCK = threading.Lock()
 _PULL_POOL: Any = None
 
 
-class _Outgoing:
-    """A payload kept alive until every receiver has pulled it."""
-
-    def __init__(self, buffers: list, receivers: int) -> None:
-        self.buffers = buffers
-        self.receivers = self.pending = receivers
-        self.failed: list[int] = []   # global ranks that could not pull
-        self.done = threading.Event()
-
-
-class _Parcel:
-    """What travels on the socket instead of a large same-host payload."""
-
-    def __init__(self, key: str, sender: str, pid: int, head: bytes, spans: list[tuple[int, int]]) -> None:
-        self.key, self.sender, self.pid, self.head, self.spans = key, sender, pid, head, spans
-        self.lane: str | None = None  # the sender's lane, when the parcel came by it: the reply goes back that way
-
-    @classmethod
-    def pack(cls, obj: Any, key: str, sender: str, receivers: int) -> tuple[_Parcel, _Outgoing] | None:
-        buffers: list[pickle.PickleBuffer] = []
-        head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-        try:
-            raws = [b.raw() for b in buffers]
-        except BufferError:
-            return None
-        if sum(r.nbytes for r in raws) < _CMA_MIN:
-            return None
-        spans = [(int(np.frombuffer(r, np.uint8).ctypes.data), r.nbytes) for r in raws]
-        return cls(key, sender, os.getpid(), head, spans), _Outgoing(raws, receivers)
-
-    def pull(self) -> Any:
-        offs, total = _offsets([n for _, n in self.spans])
-        dest = empty(total, np.uint8)  # pooled: fresh pages fault at the hypervisor here
-        _read_remote(self.pid, self.spans, dest, offs)
-        return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
-
-
 def _pull_pool() -> Any:
     global _PULL_POOL
     if _PULL_POOL is None:
@@ -424,111 +402,6 @@ def _pulled(key: str, receiver: int, error: str | None = None) -> str:
         if out.pending <= 0:
             out.done.set()
     return "OK"
-
-
-# --------------------------------------------------------------------------
-# Results straight to the client (fetch_group): without the scheduler's word that a rank ended and
-# without its who_has, and on one host copied out of the worker's memory
-# --------------------------------------------------------------------------
-
-
-_FAILED = object()   # a slot's value when its rank raised: the client then waits for the group's error
-_SERVED_TTL = 60.0   # seconds a served parcel's buffers wait for the client to say it took them
-
-
-class _Slot:
-    __slots__ = ("value", "done", "waiters", "since", "outgoing")
-
-    def __init__(self) -> None:
-        self.value: Any = None
-        self.done = False
-        self.waiters: list = []          # (loop, asyncio future) of handlers waiting for the value
-        self.since = time.monotonic()    # made, then served
-        self.outgoing: _Outgoing | None = None
-
-    def stale(self, now: float) -> bool:
-        # a parcel is taken within milliseconds of being served (unless its client went away)
-        return now - self.since > (_SERVED_TTL if self.outgoing is not None else DEFAULT_TIMEOUT)
-
-
-class _ResultSlots:
-    """A rank's result, kept for the client that asked for it (``run_spmd(fetch=True)``) until it has
-    taken it; a slot nobody collects expires after the groups' timeout."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.slots: dict[tuple[str, int], _Slot] = {}
-
-    def _slot(self, group: str, rank: int) -> _Slot:
-        key = (group, rank)
-        slot = self.slots.get(key)
-        if slot is None:
-            now = time.monotonic()
-            for k in [k for k, s in self.slots.items() if s.stale(now)]:
-                del self.slots[k]
-            slot = self.slots[key] = _Slot()
-        return slot
-
-    def put(self, group: str, rank: int, value: Any) -> None:
-        """The rank's result (``_FAILED`` when it raised), from the rank's thread."""
-        with self.lock:
-            slot = self._slot(group, rank)
-            slot.value, slot.done = value, True
-            waiters, slot.waiters = slot.waiters, []
-        for loop, fut in waiters:
-            loop.call_soon_threadsafe(_settle, fut)
-
-    async def take(self, group: str, rank: int, timeout: float) -> _Slot | None:
-        """The slot once its rank has ended, or None after ``timeout`` seconds."""
-        loop = asyncio.get_running_loop()
-        with self.lock:
-            slot = self._slot(group, rank)
-            if slot.done:
-                return slot
-            fut = loop.create_future()
-            slot.waiters.append((loop, fut))
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            return None
-        return slot
-
-    def drop(self, group: str, rank: int) -> str:
-        with self.lock:
-            self.slots.pop((group, rank), None)
-        return "OK"
-
-
-def _settle(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-_RESULTS = _ResultSlots()
-
-
-async def _serve_result(group: str, rank: int, reader: str | None = None,
-                        timeout: float = DEFAULT_TIMEOUT) -> dict:
-    """Handler: rank ``rank``'s result once it ends.  A reader in this host's pid namespace gets a
-    parcel to copy out of this process (the slot keeps the buffers until it says it has taken them);
-    others get the value itself.  ``status`` is "pending" when the rank did not end within
-    ``timeout`` and "failed" when it raised: the client then waits for the group as before."""
-    from distributed.protocol import to_serialize
-
-    slot = await _RESULTS.take(group, rank, timeout)
-    if slot is None:
-        return {"status": "pending"}
-    if slot.value is _FAILED:
-        _RESULTS.drop(group, rank)
-        return {"status": "failed"}
-    if reader is not None and reader == _samehost._namespace_key("pid") and _host_only(slot.value):
-        packed = _Parcel.pack(slot.value, f"result-{group}-{rank}", "", 1)
-        if packed is not None:
-            parcel, slot.outgoing = packed
-            slot.since = time.monotonic()
-            return {"status": "parcel", "parcel": to_serialize(parcel)}
-    _RESULTS.drop(group, rank)
-    return {"status": "ok", "value": to_serialize(slot.value)}
 
 
 # --------------------------------------------------------------------------
@@ -904,16 +777,16 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
             worker.log_event(_INFO_TOPIC, {"group": group, "rank": rank, "info": pickle.dumps(out[1], protocol=5)})
             out = out[0]
         if fetch:
-            _RESULTS.put(group, rank, out)
+            RESULTS.put(group, rank, out, timeout)
         return out
     except PeerFailedError:
         if fetch:
-            _RESULTS.put(group, rank, _FAILED)
+            RESULTS.put(group, rank, _FAILED, timeout)
         _QUIET_KEYS.add(key)  # the peer's own error is the one that counts
         raise
     except BaseException as e:
         if fetch:
-            _RESULTS.put(group, rank, _FAILED)
+            RESULTS.put(group, rank, _FAILED, timeout)
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
         if isinstance(e, ValueError | TypeError):  # bad input found on the worker: the client reports it
             _QUIET_KEYS.add(key)
@@ -1012,6 +885,7 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     futures_group = _SPMDFutures(futures, group, addresses, client)
     futures_group.published = publish_info
     futures_group.fetch = fetch
+    futures_group.timeout = timeout
     futures_group.inputs = _futures_in((rank_args, args, kwargs))
     return futures_group
 
@@ -1044,6 +918,7 @@ class _SPMDFutures(list):
         self.client = client
         self.published = False
         self.fetch = False      # the ranks keep their results for fetch_group
+        self.timeout = DEFAULT_TIMEOUT
         self.inputs: list = []  # futures the ranks take as arguments
 
 
@@ -1229,10 +1104,6 @@ def gather_results(futures: Sequence[Any], client: Any, addresses: Sequence[str]
     return client.gather(list(futures))
 
 
-#: False once this process failed to copy a result out of a worker (no access): results then come by socket.
-_CLIENT_PULLS = True
-
-
 def fetch_group(futures: _SPMDFutures) -> list:
     """:func:`wait_group`, then the ranks' results, for a group launched with ``run_spmd(fetch=True)``.
 
@@ -1244,7 +1115,8 @@ def fetch_group(futures: _SPMDFutures) -> list:
     client = futures.client
     if futures.fetch:
         try:
-            got = client.sync(_fetch_results, futures)
+            got = client.sync(_samehost.fetch_results, client.rpc, futures.group, futures.addresses,
+                              futures.timeout)
         except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as e:
             _fail_group(futures, f"the client stopped waiting ({e.__class__.__name__})")
             raise
@@ -1255,42 +1127,6 @@ def fetch_group(futures: _SPMDFutures) -> list:
             return got
     wait_group(futures)
     return gather_results(list(futures), client, futures.addresses)
-
-
-async def _fetch_results(futures: _SPMDFutures) -> list | None:
-    rpc = futures.client.rpc
-    reader = _samehost._namespace_key("pid") if _CLIENT_PULLS and _READV is not None else None
-    tasks = [asyncio.ensure_future(_fetch_one(rpc(a), futures.group, r, reader))
-             for r, a in enumerate(futures.addresses)]
-    try:
-        got = await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        raise
-    return None if any(ok is False for ok, _ in got) else [value for _, value in got]
-
-
-async def _fetch_one(worker: Any, group: str, rank: int, reader: str | None) -> tuple[bool, Any]:
-    """(True, rank's result), or (False, None) when the slow path must say what happened."""
-    global _CLIENT_PULLS
-    reply = await worker.wb_comms_result(group=group, rank=rank, reader=reader)
-    if reply["status"] == "ok":
-        return True, reply["value"]
-    if reply["status"] != "parcel":
-        return False, None
-    try:
-        return True, reply["parcel"].pull()
-    except OSError:
-        _CLIENT_PULLS = False
-        return False, None
-    finally:   # the worker may let the buffers go (not waited for)
-        asyncio.ensure_future(_tell_taken(worker, group, rank))
-
-
-async def _tell_taken(worker: Any, group: str, rank: int) -> None:
-    with contextlib.suppress(OSError):
-        await worker.wb_comms_result_taken(group=group, rank=rank, reply=False)
 
 
 def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
