@@ -356,6 +356,45 @@ def test_bad_inputs(clients):
 
 
 @pytest.mark.gpu
+def _zero_rows_reference(dl, d, du, periodic):
+    mag = np.abs(d)
+    if periodic:
+        mag = mag + np.abs(dl) + np.abs(du)
+    else:
+        mag[..., 1:] += np.abs(dl)
+        mag[..., :-1] += np.abs(du)
+    return np.flatnonzero((mag == 0).reshape(-1, mag.shape[-1]).any(axis=0))
+
+
+@pytest.mark.parametrize("block", [1 << 20, 5, 1])
+def test_client_checks_in_blocks_match_whole_array_ones(monkeypatch, block):
+    from workbench.kernels.tridiag import validation as v
+
+    monkeypatch.setattr(v, "_CHECK_BLOCK", block)
+    rng = np.random.default_rng(block)
+    for _ in range(300):
+        n, V = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        periodic = bool(rng.integers(0, 2)) and n >= 3
+        one = bool(rng.integers(0, 2))
+        m = n if periodic else n - 1
+        p = rng.uniform(0.2, 0.9)
+        dl, d, du = (np.where(rng.random(s) < p, 0.0, rng.standard_normal(s))
+                     for s in ((m,) if one else (V, m), (n,) if one else (V, n), (m,) if one else (V, m)))
+        want = _zero_rows_reference(dl, d, du, periodic)
+        if want.size:
+            with pytest.raises(np.linalg.LinAlgError, match=f"row {want[0]}" + (f" \\(and {want.size - 1} more"
+                                                                              if want.size > 1 else "$")):
+                v._check_zero_rows(dl, d, du, periodic)
+        else:
+            v._check_zero_rows(dl, d, du, periodic)
+    x = np.ones((5, 7))
+    assert v._all_finite(x) and v._all_finite(np.full((3, 3), 1e308))      # a sum that overflows: looked at
+    for bad in (np.nan, np.inf, -np.inf):
+        x[2, 3] = bad
+        assert not v._all_finite(x)
+    assert not v._all_finite(np.full((3, 3), 1e308) * np.array([1.0, 1.0, np.inf]))
+
+
 def test_array_engine_on_cupy():
     import cupy as cp
 

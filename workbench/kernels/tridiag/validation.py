@@ -71,9 +71,25 @@ def _as_float(name: str, x: Any, kind: str) -> Any:
         raise TypeError(f"{name} must be a real numeric array, got dtype {dt}")
     if kind == "host":
         x = np.asarray(x, dtype=np.float64)
-        if not np.isfinite(x).all():
+        if not _all_finite(x):
             raise ValueError(f"{name} has non-finite entries (NaN or inf)")
     return x
+
+
+#: Entries per block of the client's entry-by-entry checks: their temporaries stay small and warm (a
+#: whole-array mask or |dl| + |d| + |du| of a 16384 x 4096 system took 0.95 s a call, fresh pages faulting
+#: in at ~0.3 ms per MiB, against 0.15 s for the solve).
+_CHECK_BLOCK = 1 << 20
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    # a sum is non-finite when any entry is (inf and nan propagate); only finite entries large enough to
+    # overflow it send the check entry by entry
+    with np.errstate(over="ignore", invalid="ignore"):
+        if math.isfinite(float(np.sum(x))):
+            return True
+    flat = x.reshape(-1) if x.flags.c_contiguous else x.ravel(order="K")
+    return all(np.isfinite(flat[i:i + _CHECK_BLOCK]).all() for i in range(0, flat.size, _CHECK_BLOCK))
 
 
 def _line_axis(axis: Any, ndim: int, name: str) -> int:
@@ -138,17 +154,36 @@ def _validate_system(dl: Any, d: Any, du: Any, b: Any, periodic: Any, reduced: A
 
 def _check_zero_rows(dl: np.ndarray, d: np.ndarray, du: np.ndarray, periodic: bool) -> None:
     """A row of A that is all zero makes the system singular: cheap to see on the client (other
-    singular systems show as a zero pivot on the workers)."""
-    mag = np.abs(d)
-    if periodic:
-        mag = mag + np.abs(dl) + np.abs(du)
-    else:
-        mag[..., 1:] += np.abs(dl)
-        mag[..., :-1] += np.abs(du)
-    zero = np.flatnonzero((mag == 0).reshape(-1, mag.shape[-1]).any(axis=0))
+    singular systems show as a zero pivot on the workers).  The line axis is last."""
+    n = d.shape[-1]
+    rows = max(1, _CHECK_BLOCK // n) if d.ndim == 2 else 1
+    step = _CHECK_BLOCK if d.ndim == 1 else n
+    found: list[np.ndarray] = []
+    # a row is all zero only where its diagonal entry is: blocks of d, then dl and du at those entries alone
+    for r0 in range(0, d.shape[0] if d.ndim == 2 else 1, rows):
+        for c0 in range(0, n, step):
+            blk = d[r0:r0 + rows, c0:c0 + step] if d.ndim == 2 else d[c0:c0 + step]
+            mask = blk == 0
+            if not mask.any():
+                continue
+            hit = np.nonzero(mask)
+            r, c = (hit[0] + r0 if d.ndim == 2 else None), hit[-1] + c0
+            if periodic:
+                found.append(c[(_at(dl, r, c) == 0) & (_at(du, r, c) == 0)])
+            elif n == 1:
+                found.append(c)
+            else:   # row c holds dl[c - 1] (c >= 1) and du[c] (c <= n - 2)
+                left = (c == 0) | (_at(dl, r, np.maximum(c - 1, 0)) == 0)
+                right = (c == n - 1) | (_at(du, r, np.minimum(c, n - 2)) == 0)
+                found.append(c[left & right])
+    zero = np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
     if zero.size:
         raise np.linalg.LinAlgError(f"the system is singular: dl, d and du are all zero in row {int(zero[0])}"
                                     f"{f' (and {zero.size - 1} more)' if zero.size > 1 else ''}")
+
+
+def _at(a: np.ndarray, r: np.ndarray | None, c: np.ndarray) -> np.ndarray:
+    return a[c] if r is None else a[r, c]
 
 
 def _validate_rows(dl: RowBlocks, d: RowBlocks, du: RowBlocks, b: RowBlocks, periodic: bool, reduced: str,
