@@ -117,6 +117,32 @@ def test_distribute_1d_2d_dense(clients, n_workers):
     np.testing.assert_array_equal(R.gather(client), X)
 
 
+def _held(key, dask_worker=None):
+    x = dask_worker.data[key]
+    return type(x).__name__, bool(getattr(x, "flags", None) is None or x.flags.writeable)
+
+
+def test_large_host_blocks_are_copied_out_of_the_client_by_their_worker(clients, monkeypatch):
+    from workbench import comms
+
+    client = clients(2)
+    ws = sorted(client.scheduler_info()["workers"])
+    big = np.random.default_rng(3).standard_normal((600, 500))        # 2.4 MB: over the pull threshold
+    A = sp.random(3000, 3000, density=0.02, format="csr", random_state=2)
+    if comms._READV is not None:   # same host, cross-memory attach allowed: no socket scatter
+        monkeypatch.setattr(client, "scatter", None)
+    futs = [partition._scatter_to(client, big, ws[0]), partition._scatter_to(client, A, ws[1])]
+    held = client.who_has(futs)
+    assert [set(held[f.key]) for f in futs] == [{ws[0]}, {ws[1]}]
+    assert client.run(_held, futs[0].key, workers=[ws[0]])[ws[0]] == ("ndarray", True)
+    got = client.gather(futs)
+    np.testing.assert_array_equal(got[0], big)
+    assert (got[1] != A).nnz == 0
+    monkeypatch.undo()
+    small = partition._scatter_to(client, np.arange(5.0), ws[1])      # by socket
+    np.testing.assert_array_equal(small.result(), np.arange(5.0))
+
+
 def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clients):
     import dask
     import dask.array as da

@@ -559,3 +559,57 @@ async def _fetch_one(worker: Any, group: str, rank: int, timeout: float, reader:
 async def _tell_taken(worker: Any, group: str, rank: int) -> None:
     with contextlib.suppress(OSError):
         await worker.wb_comms_result_taken(group=group, rank=rank, reply=False)
+
+
+# ---- host inputs copied out of the client by their worker (partition._scatter_to) -----
+
+
+async def take_parcel(worker: Any, key: str, parcel: _Parcel) -> dict:
+    """Worker handler: copy ``parcel`` out of the client's memory and hold it as ``key``, as
+    ``client.scatter`` would have sent it (``status`` "refused" when this process may not read the
+    client's: the client then sends it by socket)."""
+    loop = asyncio.get_running_loop()
+    try:
+        obj = await loop.run_in_executor(None, parcel.pull)
+    except OSError:
+        return {"status": "refused"}
+    return worker.update_data(data={key: obj}, stimulus_id=f"workbench-pulled-{time.time()}")
+
+
+#: Workers (by address) found unable to read this process: their inputs go by socket.
+_CANNOT_READ_ME: set[str] = set()
+
+
+def scatter_by_pull(client: Any, obj: Any, worker: str) -> Any:
+    """A future of ``obj`` held on ``worker``, which copies it out of this process's memory (one
+    copy at memory speed, into its pool of warm buffers, instead of a socket's two); None where
+    that cannot be (another host, too small, not plain host buffers): the caller scatters it."""
+    from distributed import Future
+    from distributed.protocol import to_serialize
+
+    if _READV is None or worker in _CANNOT_READ_ME or not _host_only(obj):
+        return None
+    packed = _Parcel.pack(obj, "", "", 1)
+    if packed is None:
+        return None
+    parcel, keep = packed
+    key = f"{type(obj).__name__}-{uuid.uuid4().hex}"
+
+    async def put() -> dict | None:
+        got = await client.rpc(worker).wb_comms_take(key=key, parcel=to_serialize(parcel))
+        if got.get("status") != "OK":
+            return None
+        await client.scheduler.update_data(who_has={key: [worker]}, nbytes=got["nbytes"], client=client.id)
+        return got
+
+    try:
+        got = client.sync(put)
+    except OSError:
+        got = None
+    del keep   # the worker has its copy
+    if got is None:
+        _CANNOT_READ_ME.add(worker)
+        return None
+    fut = Future(key, client)
+    client.futures[key].finish(type=type(obj))
+    return fut

@@ -214,11 +214,15 @@ def _install_handlers(worker: Any) -> None:
             return "OK"
         return _deliver(group, src, tag, payload, dst)
 
+    async def take(key: str, parcel: _Parcel) -> dict:
+        return await _samehost.take_parcel(worker, key, parcel)
+
     worker.handlers.setdefault("wb_comms_deliver", deliver)
     worker.handlers.setdefault("wb_comms_abort", _abort)
     worker.handlers.setdefault("wb_comms_pulled", _pulled)
     worker.handlers.setdefault("wb_comms_result", _samehost.serve_result)
     worker.handlers.setdefault("wb_comms_result_taken", RESULTS.drop)
+    worker.handlers.setdefault("wb_comms_take", take)
     _quiet_input_errors()
 
 

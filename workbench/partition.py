@@ -751,7 +751,12 @@ def _is_sparse(obj: Any) -> bool:
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
-    [fut] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
+    from . import comms
+
+    comms.ensure_registered(client)
+    fut = comms._samehost.scatter_by_pull(client, obj, worker)
+    if fut is None:
+        [fut] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
     if backend_of(client) == "gpu":
         # on GPU workers a partition lives in device memory: moved there once, when distributed
         from .backend import to_device
