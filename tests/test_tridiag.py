@@ -368,9 +368,11 @@ def _zero_rows_reference(dl, d, du, periodic):
 
 @pytest.mark.parametrize("block", [1 << 20, 5, 1])
 def test_client_checks_in_blocks_match_whole_array_ones(monkeypatch, block):
+    from workbench import partition
     from workbench.kernels.tridiag import validation as v
 
-    monkeypatch.setattr(v, "_CHECK_BLOCK", block)
+    monkeypatch.setattr(v, "CHECK_BLOCK", block)
+    monkeypatch.setattr(partition, "CHECK_BLOCK", block)
     rng = np.random.default_rng(block)
     for _ in range(300):
         n, V = int(rng.integers(1, 9)), int(rng.integers(1, 5))
@@ -388,11 +390,11 @@ def test_client_checks_in_blocks_match_whole_array_ones(monkeypatch, block):
         else:
             v._check_zero_rows(dl, d, du, periodic)
     x = np.ones((5, 7))
-    assert v._all_finite(x) and v._all_finite(np.full((3, 3), 1e308))      # a sum that overflows: looked at
+    assert partition.all_finite(x) and partition.all_finite(np.full((3, 3), 1e308))  # the sum overflows: look
     for bad in (np.nan, np.inf, -np.inf):
         x[2, 3] = bad
-        assert not v._all_finite(x)
-    assert not v._all_finite(np.full((3, 3), 1e308) * np.array([1.0, 1.0, np.inf]))
+        assert not partition.all_finite(x)
+    assert not partition.all_finite(np.full((3, 3), 1e308) * np.array([1.0, 1.0, np.inf]))
 
 
 def test_array_engine_on_cupy():

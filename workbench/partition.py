@@ -452,11 +452,37 @@ def check_entries(name: str, obj: Any) -> None:
         raise TypeError(f"{name} must hold real numbers, got dtype {dt}")
     if dt.kind != "f" or isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
         return
+    if not all_finite(obj.data if hasattr(obj, "indptr") else obj):
+        raise ValueError(f"{name} has NaN or infinite entries")
+
+
+#: Entries per block of a check that must look entry by entry: its temporaries stay small and warm
+#: (a whole-array mask of a 16384 x 4096 system's four arrays took 0.13 s a call, fresh pages faulting in at
+#: ~0.3 ms per MiB here; the solve takes 0.15 s).
+CHECK_BLOCK = 1 << 20
+
+
+def all_finite(x: Any) -> bool:
+    """Whether every entry of the host or device array ``x`` is finite, without a whole-array temporary.
+
+    A sum is non-finite when any entry is (inf and nan propagate); only finite entries large enough
+    to overflow it send the check entry by entry, a block of rows at a time.
+
+    Examples
+    --------
+    >>> all_finite(np.array([1.0, 2.0])), all_finite(np.array([1.0, np.nan]))
+    (True, False)
+    """
     from .backend import namespace
 
-    vals = obj.data if hasattr(obj, "indptr") else obj
-    if not bool(namespace(vals).isfinite(vals).all()):
-        raise ValueError(f"{name} has NaN or infinite entries")
+    xp = namespace(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if math.isfinite(float(xp.sum(x))):
+            return True
+    if x.ndim == 0:
+        return False
+    rows = max(1, CHECK_BLOCK // max(1, x.size // max(1, x.shape[0])))
+    return all(bool(xp.isfinite(x[i:i + rows]).all()) for i in range(0, x.shape[0], rows))
 
 
 def _is_dask(obj: Any) -> bool:

@@ -55,7 +55,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, array_of, block_offsets, distribute, resilient, rows_of
+from ...partition import BlockGrid, RowBlocks, all_finite, array_of, block_offsets, distribute, resilient, rows_of
 from .cpu import _split_tiles_nb  # noqa: F401  (re-exported, with _split_tiles_xp: tests compare the two)
 from .ranks import (
     _Layout,
@@ -313,8 +313,7 @@ def _remember_finite(x: Any, checked: bool) -> None:
 
 def _check_finite_host(name: str, x: Any) -> None:
     vals = x.data if hasattr(x, "indptr") else x
-    xp = namespace(vals)
-    if xp.asarray(vals).dtype.kind == "f" and not bool(xp.isfinite(vals).all()):
+    if namespace(vals).asarray(vals).dtype.kind == "f" and not all_finite(vals):
         raise ValueError(f"{name} contains NaN or infinite values")
 
 

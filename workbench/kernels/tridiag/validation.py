@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...backend import to_host
-from ...partition import RowBlocks
+from ...partition import CHECK_BLOCK, RowBlocks, all_finite
 from .params import _ENGINES, _REDUCED
 
 
@@ -71,25 +71,9 @@ def _as_float(name: str, x: Any, kind: str) -> Any:
         raise TypeError(f"{name} must be a real numeric array, got dtype {dt}")
     if kind == "host":
         x = np.asarray(x, dtype=np.float64)
-        if not _all_finite(x):
+        if not all_finite(x):
             raise ValueError(f"{name} has non-finite entries (NaN or inf)")
     return x
-
-
-#: Entries per block of the client's entry-by-entry checks: their temporaries stay small and warm (a
-#: whole-array mask or |dl| + |d| + |du| of a 16384 x 4096 system took 0.95 s a call, fresh pages faulting
-#: in at ~0.3 ms per MiB, against 0.15 s for the solve).
-_CHECK_BLOCK = 1 << 20
-
-
-def _all_finite(x: np.ndarray) -> bool:
-    # a sum is non-finite when any entry is (inf and nan propagate); only finite entries large enough to
-    # overflow it send the check entry by entry
-    with np.errstate(over="ignore", invalid="ignore"):
-        if math.isfinite(float(np.sum(x))):
-            return True
-    flat = x.reshape(-1) if x.flags.c_contiguous else x.ravel(order="K")
-    return all(np.isfinite(flat[i:i + _CHECK_BLOCK]).all() for i in range(0, flat.size, _CHECK_BLOCK))
 
 
 def _line_axis(axis: Any, ndim: int, name: str) -> int:
@@ -156,8 +140,8 @@ def _check_zero_rows(dl: np.ndarray, d: np.ndarray, du: np.ndarray, periodic: bo
     """A row of A that is all zero makes the system singular: cheap to see on the client (other
     singular systems show as a zero pivot on the workers).  The line axis is last."""
     n = d.shape[-1]
-    rows = max(1, _CHECK_BLOCK // n) if d.ndim == 2 else 1
-    step = _CHECK_BLOCK if d.ndim == 1 else n
+    rows = max(1, CHECK_BLOCK // n) if d.ndim == 2 else 1
+    step = CHECK_BLOCK if d.ndim == 1 else n
     found: list[np.ndarray] = []
     # a row is all zero only where its diagonal entry is: blocks of d, then dl and du at those entries alone
     for r0 in range(0, d.shape[0] if d.ndim == 2 else 1, rows):
