@@ -355,7 +355,6 @@ def test_bad_inputs(clients):
         np.asarray(wb.tridiag_solve(dl, nan_d, du, b, client=client))
 
 
-@pytest.mark.gpu
 def _zero_rows_reference(dl, d, du, periodic):
     mag = np.abs(d)
     if periodic:
@@ -397,6 +396,7 @@ def test_client_checks_in_blocks_match_whole_array_ones(monkeypatch, block):
     assert not partition.all_finite(np.full((3, 3), 1e308) * np.array([1.0, 1.0, np.inf]))
 
 
+@pytest.mark.gpu
 def test_array_engine_on_cupy():
     import cupy as cp
 

@@ -561,7 +561,7 @@ async def _tell_taken(worker: Any, group: str, rank: int) -> None:
         await worker.wb_comms_result_taken(group=group, rank=rank, reply=False)
 
 
-# ---- host inputs copied out of the client by their worker (partition._scatter_to) -----
+# ---- host inputs copied out of the client by their worker (partition._scatter_all) -----
 
 
 async def take_parcel(worker: Any, key: str, parcel: _Parcel) -> dict:
@@ -580,36 +580,40 @@ async def take_parcel(worker: Any, key: str, parcel: _Parcel) -> dict:
 _CANNOT_READ_ME: set[str] = set()
 
 
-def scatter_by_pull(client: Any, obj: Any, worker: str) -> Any:
-    """A future of ``obj`` held on ``worker``, which copies it out of this process's memory (one
-    copy at memory speed, into its pool of warm buffers, instead of a socket's two); None where
-    that cannot be (another host, too small, not plain host buffers): the caller scatters it."""
+def scatter_by_pull(client: Any, objs: Sequence[Any], workers: Sequence[str]) -> list:
+    """Futures of ``objs[i]`` held on ``workers[i]``, each worker copying its objects out of this
+    process's memory (one copy at memory speed, into its pool of warm buffers, instead of a socket's
+    two), all at once; None for those that cannot be (another host, too small, not plain host
+    buffers, refused): the caller scatters them."""
     from distributed import Future
     from distributed.protocol import to_serialize
 
-    if _READV is None or worker in _CANNOT_READ_ME or not _host_only(obj):
-        return None
-    packed = _Parcel.pack(obj, "", "", 1)
-    if packed is None:
-        return None
-    parcel, keep = packed
-    key = f"{type(obj).__name__}-{uuid.uuid4().hex}"
+    packed = [None if _READV is None or w in _CANNOT_READ_ME or not _host_only(o) else _Parcel.pack(o, "", "", 1)
+              for o, w in zip(objs, workers, strict=True)]
+    keys = [f"{type(o).__name__}-{uuid.uuid4().hex}" for o in objs]
 
-    async def put() -> dict | None:
-        got = await client.rpc(worker).wb_comms_take(key=key, parcel=to_serialize(parcel))
+    async def put(i: int) -> bool:
+        try:
+            got = await client.rpc(workers[i]).wb_comms_take(key=keys[i], parcel=to_serialize(packed[i][0]))
+        except OSError:
+            got = {}
         if got.get("status") != "OK":
-            return None
-        await client.scheduler.update_data(who_has={key: [worker]}, nbytes=got["nbytes"], client=client.id)
-        return got
+            _CANNOT_READ_ME.add(workers[i])
+            return False
+        await client.scheduler.update_data(who_has={keys[i]: [workers[i]]}, nbytes=got["nbytes"], client=client.id)
+        return True
 
-    try:
-        got = client.sync(put)
-    except OSError:
-        got = None
-    del keep   # the worker has its copy
-    if got is None:
-        _CANNOT_READ_ME.add(worker)
-        return None
-    fut = Future(key, client)
-    client.futures[key].finish(type=type(obj))
-    return fut
+    async def put_all() -> list[bool]:
+        return await asyncio.gather(*(put(i) for i in todo))
+
+    todo = [i for i, p in enumerate(packed) if p is not None]
+    done = dict(zip(todo, client.sync(put_all), strict=True)) if todo else {}
+    packed.clear()   # the workers have their copies: the buffers may go
+    out: list = []
+    for i, o in enumerate(objs):
+        if not done.get(i):
+            out.append(None)
+            continue
+        out.append(Future(keys[i], client))
+        client.futures[keys[i]].finish(type=type(o))
+    return out

@@ -777,18 +777,25 @@ def _is_sparse(obj: Any) -> bool:
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
+    return _scatter_all(client, [obj], [worker])[0]
+
+
+def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str]) -> list:
+    """A future of each ``objs[i]`` held on ``workers[i]``: large host blocks are copied out of this
+    process by their workers, all at once (same host); the rest go by socket."""
     from . import comms
 
     comms.ensure_registered(client)
-    fut = comms._samehost.scatter_by_pull(client, obj, worker)
-    if fut is None:
-        [fut] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
-    if backend_of(client) == "gpu":
-        # on GPU workers a partition lives in device memory: moved there once, when distributed
-        from .backend import to_device
+    futs = comms._samehost.scatter_by_pull(client, objs, workers)
+    for i, (obj, worker) in enumerate(zip(objs, workers, strict=True)):
+        if futs[i] is None:
+            [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
+        if backend_of(client) == "gpu":
+            # on GPU workers a partition lives in device memory: moved there once, when distributed
+            from .backend import to_device
 
-        fut = client.submit(to_device, fut, workers=[worker], allow_other_workers=False, pure=False)
-    return fut
+            futs[i] = client.submit(to_device, futs[i], workers=[worker], allow_other_workers=False, pure=False)
+    return futs
 
 
 @_keeps_source
@@ -856,21 +863,20 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
         if partition == "1d":
             P = n_parts or len(addrs)
             offs = block_offsets(A.shape[0], P)
-            parts = [_scatter_to(client, A[offs[r]:offs[r + 1]], addrs[r % len(addrs)]) for r in range(P)]
+            parts = _scatter_all(client, [A[offs[r]:offs[r + 1]] for r in range(P)],
+                                 [addrs[r % len(addrs)] for r in range(P)])
             return RowBlocks(parts, offs, tuple(A.shape), A.dtype, [addrs[r % len(addrs)] for r in range(P)],
                              kind="csr", nnz=int(A.nnz), symmetric=symmetric)
         R, C = grid or grid_shape(len(addrs))
         if R * C > len(addrs):
             raise ValueError(f"grid {R}x{C} needs {R * C} workers, the cluster has {len(addrs)}")
         roffs, coffs = block_offsets(A.shape[0], R), block_offsets(A.shape[1], C)
-        blocks = []
+        cut = []
         for i in range(R):
             rows = A[roffs[i]:roffs[i + 1]].tocsc()
-            row = []
-            for j in range(C):
-                blk = rows[:, coffs[j]:coffs[j + 1]].tocsr()
-                row.append(_scatter_to(client, blk, addrs[i * C + j]))
-            blocks.append(row)
+            cut += [rows[:, coffs[j]:coffs[j + 1]].tocsr() for j in range(C)]
+        futs = _scatter_all(client, cut, addrs[:R * C])
+        blocks = [futs[i * C:(i + 1) * C] for i in range(R)]
         return BlockGrid(blocks, roffs, coffs, tuple(A.shape), A.dtype, addrs[:R * C], kind="csr",
                          nnz=int(A.nnz), symmetric=symmetric)
 
@@ -882,13 +888,14 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
             raise ValueError("partition='2d' needs a 2-D array")
         R, C = grid or grid_shape(len(addrs))
         roffs, coffs = block_offsets(x.shape[0], R), block_offsets(x.shape[1], C)
-        blocks = [[_scatter_to(client, np.ascontiguousarray(x[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]]),
-                               addrs[i * C + j]) for j in range(C)] for i in range(R)]
+        futs = _scatter_all(client, [np.ascontiguousarray(x[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]])
+                                     for i in range(R) for j in range(C)], addrs[:R * C])
+        blocks = [futs[i * C:(i + 1) * C] for i in range(R)]
         return BlockGrid(blocks, roffs, coffs, tuple(x.shape), x.dtype, addrs[:R * C], kind="dense")
     P = n_parts or len(addrs)
     offs = block_offsets(x.shape[0], P)
-    parts = [_scatter_to(client, np.ascontiguousarray(x[offs[r]:offs[r + 1]]), addrs[r % len(addrs)])
-             for r in range(P)]
+    parts = _scatter_all(client, [np.ascontiguousarray(x[offs[r]:offs[r + 1]]) for r in range(P)],
+                         [addrs[r % len(addrs)] for r in range(P)])
     return RowBlocks(parts, offs, tuple(x.shape), x.dtype, [addrs[r % len(addrs)] for r in range(P)], kind="dense")
 
 

@@ -173,6 +173,7 @@ from ...cluster import default_client, worker_addresses
 from ...partition import (
     RowBlocks,
     TaskLineage,
+    _scatter_all,
     _scatter_to,
     array_of,
     block_offsets,
@@ -763,22 +764,25 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
     addrs = _addresses(client)
     P = len(addrs)
     lax, n = spec.nax, spec.n
+    inputs = _inputs(spec)
     if _batch_split(spec, P) and lax == 1:
         # gtsv layout cut along the batch: each worker's block is contiguous rows, scattered without a copy
         boffs = block_offsets(spec.V, P)
-        out = [tuple([(-sh, _scatter_to(client, np.ascontiguousarray(a[boffs[r]:boffs[r + 1]]), addrs[r]))]
-                     for a, sh in _inputs(spec)) for r in range(P)]
+        futs = _scatter_all(client, [np.ascontiguousarray(a[boffs[r]:boffs[r + 1]]) for r in range(P)
+                                     for a, _ in inputs], [w for w in addrs for _ in inputs])
+        out = [tuple([(-sh, futs[r * len(inputs) + k])] for k, (_, sh) in enumerate(inputs)) for r in range(P)]
         return out, np.array([0, n], np.int64), addrs, boffs, {}
     offs = _rank_offsets(n, P, spec.V)
-    out = []
+    pieces, starts = [], []
     for r in range(P):
         lo, hi = int(offs[r]), int(offs[r + 1])
-        ins = []
-        for a, sh in _inputs(spec):
+        for a, sh in inputs:
             c0, c1 = max(lo + sh, 0), min(hi + sh, a.shape[lax])
-            piece = np.ascontiguousarray(_cols(a, lax, c0, max(c0, c1)))
-            ins.append([(c0 - sh - lo, _scatter_to(client, piece, addrs[r]))])
-        out.append(tuple(ins))
+            pieces.append(np.ascontiguousarray(_cols(a, lax, c0, max(c0, c1))))
+            starts.append(c0 - sh - lo)
+    futs = _scatter_all(client, pieces, [w for w in addrs for _ in inputs])
+    out = [tuple([(starts[r * len(inputs) + k], futs[r * len(inputs) + k])] for k in range(len(inputs)))
+           for r in range(P)]
     return out, offs, addrs, None, {}
 
 
