@@ -27,6 +27,12 @@ off.
 Frame: ``<IIQ`` (head length, buffer count, 0) then one ``<Q`` length per
 buffer, the pickle head, then the buffers (each received at a 64-byte aligned
 offset of one pooled buffer).
+
+**Between the client and its workers**, the same parcels: a rank's result goes
+straight to the client that asked for it at launch (``comms.fetch_group``),
+and a large host block to the worker that will hold it, copied out of the
+client (``partition._scatter_all``).  Both fall back to the socket (and to the
+scheduler's own path) on another host or when access is refused.
 """
 
 from __future__ import annotations
