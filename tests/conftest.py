@@ -99,3 +99,67 @@ def clients():
 def client(clients):
     """The shared 2-worker CPU cluster's client."""
     return clients(2)
+
+
+#: Experiment runs (``@pytest.mark.experiment_run``) in flight at once.
+RUNS_AT_ONCE = 2 if (os.cpu_count() or 1) > 1 else 1
+
+
+@pytest.fixture(scope="session")
+def _experiment_runs(request, tmp_path_factory):
+    """Every run the session's ``experiment_run`` tests ask for, executed by the users' runner
+    (``workbench.experiment.run``), each in a process of its own, ``RUNS_AT_ONCE`` at a time.
+
+    A run is a process tree with its own environment, memory monitor and budgets, so two overlap
+    safely; a notebook run at the ci profile is mostly one core's start-up (kernel, imports,
+    cluster), so two at a time take about half the wall time of one after another.  All are
+    queued in the order the tests run, when the first of them asks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = tmp_path_factory.mktemp("experiment-runs")
+    planned = [_run_spec(item) for item in request.session.items]
+    planned = list(dict.fromkeys(spec for spec in planned if spec is not None))
+
+    def run(spec: tuple[str, str, bool]):
+        name, profile, build_only = spec
+        out = root / f"{name}-{profile}{'-build' if build_only else ''}"
+        code = ("import sys; from workbench import experiment; "
+                "print(experiment.run(sys.argv[1], sys.argv[2], results_dir=sys.argv[3], progress=False, "
+                "build_only=sys.argv[4] == '1'))")
+        proc = subprocess.run([sys.executable, "-c", code, name, profile, str(out), "1" if build_only else "0"],
+                              capture_output=True, text=True, timeout=900, cwd=Path(__file__).parents[1])
+        if proc.returncode:
+            return None, f"the run exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        return Path(proc.stdout.strip().splitlines()[-1]), None
+
+    pool = ThreadPoolExecutor(RUNS_AT_ONCE, thread_name_prefix="experiment-run")
+    runs = {spec: pool.submit(run, spec) for spec in planned}
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)   # runs no test waited for (a test failed first) are dropped
+
+
+def _run_spec(item) -> tuple[str, str, bool] | None:
+    mark = item.get_closest_marker("experiment_run")
+    if mark is None:
+        return None
+    return item.callspec.params["name"], mark.args[0], bool(mark.kwargs.get("build_only", False))
+
+
+@pytest.fixture
+def experiment_run(request, _experiment_runs):
+    """The directory of this test's run: experiment ``name`` (its parameter) at the profile its
+    ``@pytest.mark.experiment_run(profile, build_only=False)`` names, run as ``_experiment_runs`` says.
+
+    Example::
+
+        @pytest.mark.experiment_run("ci")
+        @pytest.mark.parametrize("name", ["fft"])
+        def test_x(name, experiment_run):
+            assert (experiment_run / "provenance.json").exists()
+    """
+    spec = _run_spec(request.node)
+    assert spec is not None, "experiment_run needs @pytest.mark.experiment_run(profile) and a 'name' parameter"
+    run_dir, error = _experiment_runs[spec].result()
+    if error:
+        pytest.fail(f"experiment {spec[0]!r} (profile {spec[1]}): {error}", pytrace=False)
+    return run_dir

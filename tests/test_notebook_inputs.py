@@ -29,12 +29,14 @@ def test_the_kernel_notebooks_tag_their_input_cells():
     assert {"bfs", "coloring", "knn_graph", "ripley", "spmm"} <= set(NAMES)
 
 
-@pytest.mark.timeout(180)
+# run two at a time, each in a process of its own (conftest's experiment_run; the memory peak is its own tree's)
+@pytest.mark.timeout(360)
+@pytest.mark.experiment_run("laptop", build_only=True)
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in SLOW])
-def test_inputs_build_at_laptop_sizes_within_the_memory_budget(name, tmp_path):
+def test_inputs_build_at_laptop_sizes_within_the_memory_budget(name, experiment_run):
     budget = experiment.load_config(name)["profiles"]["laptop"].get("max_memory_gb")
     assert budget, f"experiments/{name}.yaml: the laptop profile should declare max_memory_gb"
-    run_dir = experiment.run(name, "laptop", results_dir=tmp_path, progress=False, build_only=True)
+    run_dir = experiment_run
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["status"] == "ok" and prov["build_only"]
     assert 0 < prov["peak_memory_gib"]["total"] <= budget

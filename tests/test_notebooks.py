@@ -14,10 +14,13 @@ pytestmark = pytest.mark.slow
 NAMES = experiment.list_experiments()
 
 
-@pytest.mark.timeout(240)
+# the runs go two at a time, each in a process of its own (conftest's experiment_run): a test waits for its own
+# run and, at most, the one ahead of it
+@pytest.mark.timeout(480)
+@pytest.mark.experiment_run("ci")
 @pytest.mark.parametrize("name", NAMES)
-def test_experiment_runs_with_ci_profile(name, tmp_path):
-    run_dir = experiment.run(name, "ci", results_dir=tmp_path, progress=False)
+def test_experiment_runs_with_ci_profile(name, experiment_run):
+    run_dir = experiment_run
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["status"] == "ok" and prov["profile"] == "ci"
     assert prov["clusters"], "the notebook should start its cluster with wb.cluster (recorded in provenance)"
