@@ -143,6 +143,31 @@ def test_large_host_blocks_are_copied_out_of_the_client_by_their_worker(clients,
     np.testing.assert_array_equal(small.result(), np.arange(5.0))
 
 
+@pytest.mark.parametrize("cols", [(100, 900), (0, 4095), (1, 4096)])
+def test_column_blocks_are_copied_row_by_row_without_a_client_copy(clients, monkeypatch, cols):
+    # a column block of a C array (a from_array chunk along the last axis, a rank's share of a gtsv input):
+    # its worker reads it row by row (rows of any length: 4095 doubles is not a multiple of a cache line)
+    from workbench import _samehost, comms
+
+    client = clients(2)
+    ws = sorted(client.scheduler_info()["workers"])
+    X = np.random.default_rng(5).standard_normal((300, 4096))
+    block = X[:, cols[0]:cols[1]]
+    assert not block.flags.c_contiguous and partition.as_block(block) is block
+    parcel = _samehost._Parcel.pack(block, "", "", 1)
+    assert parcel is not None and parcel[0].rows and len(parcel[0].spans) == 300
+    np.testing.assert_array_equal(parcel[0].pull(), block)          # this process reading itself
+    if comms._READV is not None:   # same host, cross-memory attach allowed: no socket scatter
+        monkeypatch.setattr(client, "scatter", None)
+    fut = partition._scatter_all(client, [block], [ws[1]])[0]
+    assert set(client.who_has(fut)[fut.key]) == {ws[1]}
+    got = fut.result()
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, block)
+    assert _samehost._Parcel.pack(X[:4, :8], "", "", 1) is None     # small: by socket
+    assert partition.as_block(X[::2, ::2]).flags.c_contiguous       # not rows of unit stride: copied
+
+
 def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clients):
     import dask
     import dask.array as da

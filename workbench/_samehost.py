@@ -64,6 +64,8 @@ ENABLED = os.environ.get("WORKBENCH_COMMS_LANE", "1") != "0" and sys.platform.st
 
 _HEAD = struct.Struct("<IIQ")
 _ALIGN = 64
+#: Remote spans per process_vm_readv call (Linux's UIO_MAXIOV).
+_IOV_MAX = 1024
 _SMALL = 1 << 16  # frames below this are joined into one write
 _IN_BAND = 1 << 14  # buffers below this are pickled in band
 
@@ -111,19 +113,36 @@ def _host_identity() -> tuple | None:
 
 
 def _read_remote(pid: int, spans: Sequence[tuple[int, int]], dest: np.ndarray, offsets: Sequence[int]) -> None:
-    """Copy the remote ``(address, nbytes)`` spans of ``pid`` into ``dest`` (uint8) at ``offsets``."""
+    """Copy the remote ``(address, nbytes)`` spans of ``pid`` into ``dest`` (uint8) at ``offsets``.
+
+    Runs of spans that land back to back in ``dest`` (a strided array's rows) go up to ``_IOV_MAX``
+    to a call: one call per row cost a 268 MB chunk of 16 KB rows ~50 ms, against ~27 ms in one span."""
     base = dest.ctypes.data
-    for (addr, n), off in zip(spans, offsets, strict=True):
-        done = 0
-        while done < n:
-            step = min(n - done, 1 << 30)
-            local = _IOVec(base + off + done, step)
-            remote = _IOVec(addr + done, step)
-            got = _READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if got <= 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
-            done += got
+    i = 0
+    while i < len(spans):
+        j = i + 1
+        while (j < len(spans) and j - i < _IOV_MAX and spans[j][1] < 1 << 30
+               and offsets[j] == offsets[j - 1] + spans[j - 1][1]):
+            j += 1
+        if j - i > 1 and spans[i][1] < 1 << 30:
+            total = offsets[j - 1] + spans[j - 1][1] - offsets[i]
+            remote = np.array(spans[i:j], np.uint64)   # laid out as j - i iovecs
+            local = _IOVec(base + offsets[i], total)
+            if _READV(pid, ctypes.byref(local), 1, remote.ctypes.data_as(ctypes.POINTER(_IOVec)), j - i, 0) == total:
+                i = j
+                continue
+        for (addr, n), off in zip(spans[i:j], offsets[i:j], strict=True):   # one span, or a short read: span by span
+            done = 0
+            while done < n:
+                step = min(n - done, 1 << 30)
+                local = _IOVec(base + off + done, step)
+                remote = _IOVec(addr + done, step)
+                got = _READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+                if got <= 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
+                done += got
+        i = j
 
 
 def _can_pull(pid: int, probe: int) -> bool:
@@ -183,12 +202,17 @@ class _Outgoing:
 class _Parcel:
     """What travels on the socket instead of a large same-host payload."""
 
-    def __init__(self, key: str, sender: str, pid: int, head: bytes, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, key: str, sender: str, pid: int, head: bytes, spans: list[tuple[int, int]],
+                 rows: bool = False) -> None:
         self.key, self.sender, self.pid, self.head, self.spans = key, sender, pid, head, spans
+        self.rows = rows  # the spans are a strided array's rows: together, its one buffer
         self.lane: str | None = None  # the sender's lane, when the parcel came by it: the reply goes back that way
 
     @classmethod
     def pack(cls, obj: Any, key: str, sender: str, receivers: int) -> tuple[_Parcel, _Outgoing] | None:
+        if isinstance(obj, np.ndarray) and not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+            # (pickled, its data would be copied in band)
+            return cls._pack_rows(obj, key, sender, receivers)
         buffers: list[pickle.PickleBuffer] = []
         head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         try:
@@ -200,10 +224,34 @@ class _Parcel:
         spans = [(int(np.frombuffer(r, np.uint8).ctypes.data), r.nbytes) for r in raws]
         return cls(key, sender, os.getpid(), head, spans), _Outgoing(raws, receivers)
 
+    @classmethod
+    def _pack_rows(cls, obj: Any, key: str, sender: str, receivers: int) -> tuple[_Parcel, _Outgoing] | None:
+        # a 2-D array whose rows are contiguous but not each other's neighbours (a column block of a C array,
+        # as dask.array.from_array's chunks along the last axis are): the receiver reads it row by row, and
+        # the sender makes no contiguous copy first
+        if not (isinstance(obj, np.ndarray) and obj.ndim == 2 and obj.dtype != object and obj.size
+                and obj.strides[1] == obj.itemsize and obj.strides[0] >= obj.shape[1] * obj.itemsize
+                and obj.nbytes >= _CMA_MIN):
+            return None
+        bufs: list[pickle.PickleBuffer] = []
+        # the head of a contiguous array of the same shape (np.empty: pages never touched), its data out of band
+        head = pickle.dumps(np.empty(obj.shape, obj.dtype), protocol=5, buffer_callback=bufs.append)
+        if len(bufs) != 1:
+            return None
+        row, base = obj.shape[1] * obj.itemsize, obj.ctypes.data
+        spans = [(base + i * obj.strides[0], row) for i in range(obj.shape[0])]
+        return cls(key, sender, os.getpid(), head, spans, rows=True), _Outgoing([obj], receivers)
+
     def pull(self) -> Any:
-        offs, total = _offsets([n for _, n in self.spans])
+        if self.rows:
+            n = self.spans[0][1]
+            offs, total = list(range(0, n * len(self.spans), n)), n * len(self.spans)
+        else:
+            offs, total = _offsets([n for _, n in self.spans])
         dest = empty(total, np.uint8)  # pooled: fresh pages fault at the hypervisor here
         _read_remote(self.pid, self.spans, dest, offs)
+        if self.rows:
+            return pickle.loads(self.head, buffers=[dest[:total]])
         return pickle.loads(self.head, buffers=[dest[o:o + n] for o, (_, n) in zip(offs, self.spans, strict=True)])
 
 

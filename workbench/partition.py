@@ -780,9 +780,19 @@ def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
     return _scatter_all(client, [obj], [worker])[0]
 
 
-def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str]) -> list:
+def as_block(a: np.ndarray) -> np.ndarray:
+    """``a`` as a block to place on a worker: itself where its worker can copy it as it lies (contiguous, or
+    2-D with contiguous rows, as a column block of a C array is: read row by row), else a contiguous copy.
+    On this VM a copy in fresh pages costs ~0.3 ms per MiB, more than the worker's copy of it."""
+    if a.flags.c_contiguous or (a.ndim == 2 and a.strides[1] == a.itemsize and a.strides[0] >= a.shape[1] * a.itemsize):
+        return a
+    return np.ascontiguousarray(a)
+
+
+def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], device: bool = True) -> list:
     """A future of each ``objs[i]`` held on ``workers[i]``: large host blocks are copied out of this
-    process by their workers, all at once (same host); the rest go by socket."""
+    process by their workers, all at once (same host); the rest go by socket.  On GPU workers a block
+    moves to the device, unless ``device=False``."""
     from . import comms
 
     comms.ensure_registered(client)
@@ -790,7 +800,7 @@ def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str]) -> li
     for i, (obj, worker) in enumerate(zip(objs, workers, strict=True)):
         if futs[i] is None:
             [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
-        if backend_of(client) == "gpu":
+        if device and backend_of(client) == "gpu":
             # on GPU workers a partition lives in device memory: moved there once, when distributed
             from .backend import to_device
 
@@ -949,13 +959,18 @@ def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) 
             literals.setdefault(None if workers is None else tuple(workers), []).append((i, data))
         else:
             groups.setdefault(None if workers is None else tuple(workers), []).append(i)
-    for workers, got in literals.items():
+    if literals:
         # chunks held as data in the caller's graph (dask.array.from_array of a host array): straight to their
-        # worker, as a host array is scattered; computed, each would travel in the graph through the scheduler
-        # (2 GB of gtsv inputs: 15-32 s a call instead of 1-3 s)
-        futs = client.scatter([np.ascontiguousarray(a) for _, a in got], workers=None if workers is None
-                              else list(workers), direct=True, hash=False, broadcast=False)
-        for (i, _), f in zip(got, futs, strict=True):
+        # worker, as a host array is scattered (its worker copies it out of this process, a column block row by
+        # row); computed, each would travel in the graph through the scheduler (2 GB of gtsv inputs: 15-32 s a
+        # call; by client.scatter, contiguous copies first, 1.6-5 s; now ~0.5 s)
+        from .cluster import worker_addresses
+
+        anywhere = worker_addresses(client)
+        got = [(i, a, list(workers or anywhere)) for workers, pieces in literals.items() for i, a in pieces]
+        futs = _scatter_all(client, [a for _, a, _ in got], [ws[n % len(ws)] for n, (_, _, ws) in enumerate(got)],
+                            device=False)
+        for (i, _, _), f in zip(got, futs, strict=True):
             out[i] = f
     for workers, idx in groups.items():
         futs = client.compute([items[i][0] for i in idx], workers=None if workers is None else list(workers),

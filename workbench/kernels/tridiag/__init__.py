@@ -176,6 +176,7 @@ from ...partition import (
     _scatter_all,
     _scatter_to,
     array_of,
+    as_block,
     block_offsets,
     chunk_sources,
     compute_all,
@@ -778,7 +779,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
         lo, hi = int(offs[r]), int(offs[r + 1])
         for a, sh in inputs:
             c0, c1 = max(lo + sh, 0), min(hi + sh, a.shape[lax])
-            pieces.append(np.ascontiguousarray(_cols(a, lax, c0, max(c0, c1))))
+            pieces.append(as_block(_cols(a, lax, c0, max(c0, c1))))   # a column block is read row by row
             starts.append(c0 - sh - lo)
     futs = _scatter_all(client, pieces, [w for w in addrs for _ in inputs])
     out = [tuple([(starts[r * len(inputs) + k], futs[r * len(inputs) + k])] for k in range(len(inputs)))
