@@ -203,6 +203,37 @@ def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clie
     assert set(client.who_has(got[0])[got[0].key]) == {w[0]} and set(client.who_has(got[1])[got[1].key]) == {w[1]}
 
 
+def test_persist_sends_from_array_chunks_by_their_workers_keyed_as_client_persist(clients, monkeypatch):
+    import dask.array as da
+    from distributed import futures_of, get_task_stream
+
+    from workbench import comms
+
+    client = clients(2)
+    ws = sorted(client.scheduler_info()["workers"])
+    X = np.random.default_rng(6).standard_normal((1000, 1200))       # 4 chunks of 2.4 MB, column blocks
+    x = da.from_array(X, chunks=(500, 600))
+    if comms._READV is not None:   # same host, cross-memory attach allowed: no scheduler, no socket scatter
+        monkeypatch.setattr(client, "scatter", None)
+        monkeypatch.setattr(client, "persist", None)
+    with get_task_stream(client) as ts:
+        xp = partition.persist(x, client)
+    monkeypatch.undo()
+    assert not ts.data
+    keys = {f.key for f in futures_of(xp)}
+    assert keys == {(x.name, i, j) for i in range(2) for j in range(2)} and xp.name == x.name
+    held = client.who_has(futures_of(xp))
+    if comms._READV is not None:   # a run of chunks per worker, in chunk order
+        assert [set(held[(x.name, *idx)]) for idx in np.ndindex(2, 2)] == [{ws[0]}, {ws[0]}, {ws[1]}, {ws[1]}]
+    np.testing.assert_array_equal(xp.compute(), X)
+    # the rest as client.persist does it: small chunks, and arrays that are not plain from_array
+    small = partition.persist(da.from_array(X[:10, :10], chunks=5), client)
+    np.testing.assert_array_equal(small.compute(), X[:10, :10])
+    y = partition.persist(x + 1, client)
+    np.testing.assert_array_equal(y.compute(), X + 1)
+    assert partition.persist(xp, client).name == xp.name
+
+
 def test_distribute_bad_input(client):
     with pytest.raises(ValueError, match="partition"):
         wb.distribute(np.ones((3, 3)), client=client, partition="3d")

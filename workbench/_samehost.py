@@ -634,17 +634,18 @@ async def take_parcel(worker: Any, key: str, parcel: _Parcel) -> dict:
 _CANNOT_READ_ME: set[str] = set()
 
 
-def scatter_by_pull(client: Any, objs: Sequence[Any], workers: Sequence[str]) -> list:
-    """Futures of ``objs[i]`` held on ``workers[i]``, each worker copying its objects out of this
-    process's memory (one copy at memory speed, into its pool of warm buffers, instead of a socket's
-    two), all at once; None for those that cannot be (another host, too small, not plain host
-    buffers, refused): the caller scatters them."""
+def scatter_by_pull(client: Any, objs: Sequence[Any], workers: Sequence[str],
+                    keys: Sequence[Any] | None = None) -> list:
+    """Futures of ``objs[i]`` held on ``workers[i]`` (keyed ``keys[i]``, default fresh keys), each worker
+    copying its objects out of this process's memory (one copy at memory speed, into its pool of warm
+    buffers, instead of a socket's two), all at once; None for those that cannot be (another host, too
+    small, not plain host buffers, refused): the caller scatters them."""
     from distributed import Future
     from distributed.protocol import to_serialize
 
     packed = [None if _READV is None or w in _CANNOT_READ_ME or not _host_only(o) else _Parcel.pack(o, "", "", 1)
               for o, w in zip(objs, workers, strict=True)]
-    keys = [f"{type(o).__name__}-{uuid.uuid4().hex}" for o in objs]
+    keys = list(keys) if keys is not None else [f"{type(o).__name__}-{uuid.uuid4().hex}" for o in objs]
 
     async def put(i: int) -> bool:
         try:

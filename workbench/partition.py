@@ -980,6 +980,35 @@ def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) 
     return out
 
 
+def persist(x: Any, client: Any) -> Any:
+    """``client.persist(x)`` for a dask array, keyed the same (its chunks' futures carry its chunk keys),
+    except that the chunks of ``dask.array.from_array`` of a host array are copied out of this process by
+    the workers that will hold them, as a host array is distributed (column blocks row by row), a run of
+    chunks to each worker; persisted, they would travel inside the graph through the scheduler.
+
+    Examples
+    --------
+    >>> B = persist(da.from_array(host_B, chunks=(100_000, 64)), client)   # doctest: +SKIP
+    """
+    import dask.array as da
+
+    src = chunk_sources(x)
+    data = [None if _is_future(s) else _literal(s) for s in src.flat]
+    if not data or any(d is None for d in data):
+        return client.persist(x)
+    from . import comms
+    from .cluster import worker_addresses
+
+    comms.ensure_registered(client)
+    addrs = worker_addresses(client)
+    keys = [(x.name, *idx) for idx in np.ndindex(*x.numblocks)]
+    where = [addrs[c * len(addrs) // len(keys)] for c in range(len(keys))]
+    futs = comms._samehost.scatter_by_pull(client, [as_block(d) for d in data], where, keys=keys)
+    if any(f is None for f in futs):   # small chunks, another host: the graph's own way
+        return client.persist(x)
+    return da.Array({f.key: f for f in futs}, x.name, x.chunks, meta=x._meta)
+
+
 def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any) -> Any:
     """A dask array whose chunks are the futures' results, the futures keyed ``(name, *chunk index)`` as
     :func:`workbench.comms.run_spmd` keys its ranks with ``chunk_index``: the array's graph holds only the

@@ -46,7 +46,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace
 from ...cluster import backend_of, default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, array_of, block_offsets, resilient
+from ...partition import BlockGrid, RowBlocks, _scatter_all, array_of, block_offsets, persist, resilient
 from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
 from .ranks import _fft_rank
 
@@ -390,15 +390,13 @@ def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[s
         if x.nbytes <= _EMBED_BYTES:
             # small inputs ride inside the rank tasks: saves a scheduler round trip per rank
             return [("block", b) for b in blocks], list(addrs)
-        futs = []
-        for r, blk in enumerate(blocks):
-            [f] = client.scatter([blk], workers=[addrs[r]], direct=True, hash=False, broadcast=False)
-            futs.append(("block", f))
-        return futs, list(addrs)
+        # each worker copies its block out of this process (same host), all at once
+        futs = _scatter_all(client, blocks, [addrs[r] for r in range(len(blocks))], device=False)
+        return [("block", f) for f in futs], list(addrs)
     if native and rows is not None and len(rows.parts) == P and set(rows.workers) <= set(addrs) \
             and len(set(rows.workers)) == P and plan.grid == (P,):
         return [("block", f) for f in rows.parts], list(rows.workers)
-    xp = client.persist(x)
+    xp = persist(x, client)   # a from_array of a host array: its chunks copied out of the client by their workers
     fmap = {f.key: f for f in futures_of(xp)}
     keys = {idx: (xp.name, *idx) for idx in np.ndindex(*xp.numblocks)}
     who = client.who_has([fmap[k] for k in keys.values()])

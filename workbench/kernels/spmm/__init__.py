@@ -55,7 +55,17 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, all_finite, array_of, block_offsets, distribute, resilient, rows_of
+from ...partition import (
+    BlockGrid,
+    RowBlocks,
+    all_finite,
+    array_of,
+    block_offsets,
+    distribute,
+    persist,
+    resilient,
+    rows_of,
+)
 from .cpu import _split_tiles_nb  # noqa: F401  (re-exported, with _split_tiles_xp: tests compare the two)
 from .ranks import (
     _Layout,
@@ -453,7 +463,7 @@ def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np
 
     if B.numblocks[1] != 1:
         B = B.rechunk({1: -1})              # whole rows per chunk: a tile is a row range of B
-    Bp = client.persist(B)                  # already persisted: the same keys, nothing runs
+    Bp = persist(B, client)                 # already persisted: the same keys, nothing runs
     fmap = {f.key: f for f in futures_of(Bp)}
     keys = [(Bp.name, l, 0) for l in range(Bp.numblocks[0])]
     who = client.who_has([fmap[key] for key in keys])
