@@ -1091,8 +1091,8 @@ def rows_of(x: Any, client: Any = None, workers: Sequence[str] | None = None) ->
     chunks0 = tuple(int(s) for s in np.diff(offs))
     xr = x.rechunk({0: chunks0, **{i: -1 for i in range(1, x.ndim)}})
     delayed_blocks = xr.to_delayed().ravel()
-    futs = [client.compute(d, workers=[addrs[r]], allow_other_workers=False)
-            for r, d in enumerate(delayed_blocks)]
+    # (from_array chunks already one per worker are copied out of the client by their workers)
+    futs = compute_all(client, [(d, [addrs[r]]) for r, d in enumerate(delayed_blocks)])
     return RowBlocks(futs, offs, tuple(x.shape), x.dtype, addrs, kind="dense",
                      lineage=GraphLineage(list(delayed_blocks)))
 
