@@ -58,8 +58,10 @@ from ...cluster import default_client, worker_addresses
 from ...partition import (
     BlockGrid,
     RowBlocks,
+    _scatter_all,
     all_finite,
     array_of,
+    as_block,
     block_offsets,
     distribute,
     persist,
@@ -443,16 +445,19 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
             a_args[lay.owner_a(i, l)][(i, l)] = Ad.blocks[i][l]
     b_args = [{} for _ in range(lay.size)]
     Bsrc = B.to_dask_array() if isinstance(B, RowBlocks) else B
+    tiles = []
     for l in range(lay.nL):
         for j in range(lay.nJ):
             o = lay.owner_b(l, j)
             sl = (slice(int(lay.koffs[l]), int(lay.koffs[l + 1])), slice(int(lay.joffs[j]), int(lay.joffs[j + 1])))
             if _is_dask_array(Bsrc):
-                fut = client.compute(Bsrc[sl], workers=[lay.workers[o]], allow_other_workers=False)
+                b_args[o][(l, j)] = client.compute(Bsrc[sl], workers=[lay.workers[o]], allow_other_workers=False)
             else:
-                tile = np.ascontiguousarray(Bsrc[sl]) if not hasattr(Bsrc, "__cuda_array_interface__") else Bsrc[sl]
-                [fut] = client.scatter([tile], workers=[lay.workers[o]], direct=True, hash=False)
-            b_args[o][(l, j)] = fut
+                tiles.append((o, (l, j), as_block(Bsrc[sl]) if namespace(Bsrc) is np else Bsrc[sl]))
+    # host tiles all at once, each copied out of the client by its worker (a column block row by row)
+    futs = _scatter_all(client, [t for _, _, t in tiles], [lay.workers[o] for o, _, _ in tiles], device=False)
+    for (o, lj, _), fut in zip(tiles, futs, strict=True):
+        b_args[o][lj] = fut
     return lay, a_args, b_args
 
 
