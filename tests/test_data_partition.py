@@ -234,6 +234,24 @@ def test_persist_sends_from_array_chunks_by_their_workers_keyed_as_client_persis
     assert partition.persist(xp, client).name == xp.name
 
 
+@pytest.mark.parametrize("chunks", [(14, 5), (3, 2), (7, 5), (5, 3)])
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_rows_of_a_from_array_cuts_its_host_chunks_without_tasks(clients, chunks, n_workers):
+    import dask.array as da
+    from distributed import get_task_stream
+
+    client = clients(n_workers)
+    X = np.arange(70.0).reshape(14, 5)
+    with get_task_stream(client) as ts:
+        rb = partition.rows_of(da.from_array(X, chunks=chunks), client)
+    assert not ts.data
+    for r, f in enumerate(rb.parts):
+        np.testing.assert_array_equal(f.result(), X[rb.offsets[r]:rb.offsets[r + 1]])
+    assert [set(client.who_has(f)[f.key]) for f in rb.parts] == [{w} for w in rb.workers]
+    lazy = partition.rows_of(da.from_array(X, chunks=chunks) * 2, client)    # any other array: computed
+    np.testing.assert_array_equal(np.concatenate([f.result() for f in lazy.parts]), 2 * X)
+
+
 def test_distribute_bad_input(client):
     with pytest.raises(ValueError, match="partition"):
         wb.distribute(np.ones((3, 3)), client=client, partition="3d")

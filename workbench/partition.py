@@ -1077,7 +1077,10 @@ def rows_of(x: Any, client: Any = None, workers: Sequence[str] | None = None) ->
     """A dense dask array (or RowBlocks) as :class:`RowBlocks` pinned one block
     per worker, computed on the workers (the client never holds the data).
 
-    The array is rechunked along axis 0 to one chunk per worker first.
+    The array is rechunked along axis 0 to one chunk per worker first.  A
+    ``dask.array.from_array`` of a host array (1-D or 2-D) is cut on the
+    client instead, from the chunks its graph holds, and each block copied out
+    by its worker, as :func:`distribute` places a host array.
     """
     if isinstance(x, RowBlocks):
         return x
@@ -1091,10 +1094,39 @@ def rows_of(x: Any, client: Any = None, workers: Sequence[str] | None = None) ->
     chunks0 = tuple(int(s) for s in np.diff(offs))
     xr = x.rechunk({0: chunks0, **{i: -1 for i in range(1, x.ndim)}})
     delayed_blocks = xr.to_delayed().ravel()
-    # (from_array chunks already one per worker are copied out of the client by their workers)
-    futs = compute_all(client, [(d, [addrs[r]]) for r, d in enumerate(delayed_blocks)])
+    blocks = _literal_rows(x, offs)
+    futs = (_scatter_all(client, blocks, addrs, device=False) if blocks is not None
+            else compute_all(client, [(d, [addrs[r]]) for r, d in enumerate(delayed_blocks)]))
     return RowBlocks(futs, offs, tuple(x.shape), x.dtype, addrs, kind="dense",
                      lineage=GraphLineage(list(delayed_blocks)))
+
+
+def _literal_rows(x: Any, offs: np.ndarray) -> list | None:
+    """Rows ``offs[r]:offs[r + 1]`` of ``x``, a ``dask.array.from_array`` of a host array (1-D or 2-D), cut
+    from the host chunks its graph holds (copied only where a block spans several chunks); None for any
+    other array.  Rechunked and computed, the chunks would travel inside the graph through the scheduler."""
+    if x.ndim not in (1, 2) or x.size == 0:
+        return None
+    src = chunk_sources(x)
+    grid = np.empty(src.shape, dtype=object)
+    for idx in np.ndindex(*src.shape):
+        data = None if _is_future(src[idx]) else _literal(src[idx])
+        if data is None:
+            return None
+        grid[idx] = data
+    edges = np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(np.int64)
+    out = []
+    for r in range(len(offs) - 1):
+        lo, hi = int(offs[r]), int(offs[r + 1])
+        pieces = []
+        for i in range(len(x.chunks[0])):
+            a, b = max(lo, int(edges[i])), min(hi, int(edges[i + 1]))
+            if a < b:
+                row = [grid[(i, *j)][a - edges[i]:b - edges[i]] for j in np.ndindex(*grid.shape[1:])]
+                pieces.append(row[0] if len(row) == 1 else np.concatenate(row, axis=1))
+        out.append(np.empty((0, *x.shape[1:]), x.dtype) if not pieces else as_block(pieces[0]) if len(pieces) == 1
+                   else np.concatenate(pieces, axis=0))
+    return out
 
 
 def as_row_blocks(obj: Any, client: Any = None, *, kind: str | None = None) -> RowBlocks:
