@@ -963,7 +963,7 @@ def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) 
         # chunks held as data in the caller's graph (dask.array.from_array of a host array): straight to their
         # worker, as a host array is scattered (its worker copies it out of this process, a column block row by
         # row); computed, each would travel in the graph through the scheduler (2 GB of gtsv inputs: 15-32 s a
-        # call; by client.scatter, contiguous copies first, 1.6-5 s; now ~0.5 s)
+        # call; by client.scatter after contiguous copies, 1.6-5 s; copied by the workers, 0.36 s)
         from .cluster import worker_addresses
 
         anywhere = worker_addresses(client)
