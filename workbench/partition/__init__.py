@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import backend_of, default_client, worker_addresses
+from ..cluster import backend_of, default_client, worker_addresses
 
 __all__ = [
     "RowBlocks",
@@ -81,7 +81,7 @@ def block_offsets(n: int, n_parts: int) -> np.ndarray:
 
 def owner_of(index: Any, offsets: np.ndarray) -> Any:
     """Rank owning each global index given block ``offsets`` (works on cupy too)."""
-    from .backend import namespace
+    from ..backend import namespace
 
     xp = namespace(index)
     offs = xp.asarray(offsets)
@@ -162,9 +162,9 @@ class RowBlocks:
         if self.kind == "csr":
             import scipy.sparse as sp
 
-            from .backend import to_host
+            from ..backend import to_host
             return sp.vstack([to_host(b) for b in blocks], format="csr")
-        from .backend import to_host
+        from ..backend import to_host
         return np.concatenate([to_host(b) for b in blocks], axis=0)
 
     def __repr__(self) -> str:
@@ -215,7 +215,7 @@ class BlockGrid:
         """Bring the whole matrix to the client (explicit, for checks only)."""
         import scipy.sparse as sp
 
-        from .backend import to_host
+        from ..backend import to_host
 
         client = default_client(client)
         rows = [[to_host(b) for b in client.gather(list(row))] for row in self.blocks]
@@ -314,7 +314,7 @@ class HostLineage(Lineage):
         if from_host:
             src = self.ref() if self.ref is not None else None
             if src is None or tuple(getattr(src, "shape", ())) != self.shape:
-                from .comms import WorkerLostError
+                from ..comms import WorkerLostError
 
                 why = "is gone" if src is None else f"changed shape to {getattr(src, 'shape', None)}"
                 raise WorkerLostError(
@@ -473,7 +473,7 @@ def all_finite(x: Any) -> bool:
     >>> all_finite(np.array([1.0, 2.0])), all_finite(np.array([1.0, np.nan]))
     (True, False)
     """
-    from .backend import namespace
+    from ..backend import namespace
 
     xp = namespace(x)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -502,7 +502,7 @@ def _host_nbytes(obj: Any) -> int:
 
 def _memory_limits(client: Any, addresses: Sequence[str] | None = None) -> dict[str, int]:
     """Each worker's memory limit in bytes (0: none), asked once per worker and remembered."""
-    from .cluster import scheduler_identity
+    from ..cluster import scheduler_identity
 
     known = getattr(client, "_workbench_memory_limits", None)
     if known is None:
@@ -609,7 +609,7 @@ def repair(container: RowBlocks | BlockGrid, client: Any = None, *, wait: float 
     >>> repair(G, client)                                      # doctest: +SKIP
     [1]
     """
-    from .comms import WorkerLostError
+    from ..comms import WorkerLostError
 
     client = default_client(client)
     alive = worker_addresses(client)
@@ -659,7 +659,7 @@ def _containers(obj: Any, depth: int = 0) -> list:
 
 def _lost_reason(exc: BaseException, client: Any, containers: list, known: set[str]) -> str | None:
     """Why ``exc`` comes from a lost worker, or None when it is the call's own error."""
-    from .comms import CommsError, WorkerLostError
+    from ..comms import CommsError, WorkerLostError
 
     if isinstance(exc, WorkerLostError):
         return str(exc)
@@ -668,7 +668,7 @@ def _lost_reason(exc: BaseException, client: Any, containers: list, known: set[s
         return f"partition(s) {dead} lost with their worker"
     names = {"FutureCancelledError", "CancelledError", "KilledWorker", "CommClosedError", "FutureLostError"}
     if isinstance(exc, CommsError | OSError) or type(exc).__name__ in names:
-        from .comms import lost_workers
+        from ..comms import lost_workers
 
         gone = lost_workers(sorted(known | {w for c in containers for w in c.workers}), client)
         if gone:
@@ -676,7 +676,7 @@ def _lost_reason(exc: BaseException, client: Any, containers: list, known: set[s
     elif isinstance(exc, ValueError) and containers:
         # e.g. distribute(..., workers=container.workers) refusing a worker that died a moment ago,
         # before the client saw the container's partition cancelled
-        from .comms import lost_workers
+        from ..comms import lost_workers
 
         gone = lost_workers(sorted({w for c in containers for w in c.workers}), client)
         if gone:
@@ -706,7 +706,7 @@ def resilient(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        from .comms import WorkerLostError
+        from ..comms import WorkerLostError
 
         if getattr(_ACTIVE, "depth", 0):
             return fn(*args, **kwargs)
@@ -772,7 +772,7 @@ def _is_sparse(obj: Any) -> bool:
 
     if sp.issparse(obj):
         return True
-    from .backend import is_device_array
+    from ..backend import is_device_array
     return is_device_array(obj) and not hasattr(obj, "__array_namespace__") and hasattr(obj, "tocsr")
 
 
@@ -793,7 +793,7 @@ def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], devic
     """A future of each ``objs[i]`` held on ``workers[i]``: large host blocks are copied out of this
     process by their workers, all at once (same host); the rest go by socket.  On GPU workers a block
     moves to the device, unless ``device=False``."""
-    from . import comms
+    from .. import comms
 
     comms.ensure_registered(client)
     futs = comms._samehost.scatter_by_pull(client, objs, workers)
@@ -802,7 +802,7 @@ def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], devic
             [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
         if device and backend_of(client) == "gpu":
             # on GPU workers a partition lives in device memory: moved there once, when distributed
-            from .backend import to_device
+            from ..backend import to_device
 
             futs[i] = client.submit(to_device, futs[i], workers=[worker], allow_other_workers=False, pure=False)
     return futs
@@ -964,7 +964,7 @@ def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) 
         # worker, as a host array is scattered (its worker copies it out of this process, a column block row by
         # row); computed, each would travel in the graph through the scheduler (2 GB of gtsv inputs: 15-32 s a
         # call; by client.scatter after contiguous copies, 1.6-5 s; copied by the workers, 0.36 s)
-        from .cluster import worker_addresses
+        from ..cluster import worker_addresses
 
         anywhere = worker_addresses(client)
         got = [(i, a, list(workers or anywhere)) for workers, pieces in literals.items() for i, a in pieces]
@@ -996,8 +996,8 @@ def persist(x: Any, client: Any) -> Any:
     data = [None if _is_future(s) else _literal(s) for s in src.flat]
     if not data or any(d is None for d in data):
         return client.persist(x)
-    from . import comms
-    from .cluster import worker_addresses
+    from .. import comms
+    from ..cluster import worker_addresses
 
     comms.ensure_registered(client)
     addrs = worker_addresses(client)
@@ -1172,7 +1172,7 @@ def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]
     """Sums (mod 2**64) of the hashes of a CSR block's pairs (i, j) and of the
     reversed pairs (j, i), global ids, and its entry count (runs on a worker).
     A stored zero is no edge, as the graph kernels read it."""
-    from .backend import namespace
+    from ..backend import namespace
 
     xp = namespace(block.indptr)
     rows = xp.searchsorted(block.indptr, xp.arange(block.indptr[-1]), side="right") - 1 + row0
