@@ -1,0 +1,243 @@
+"""Placing data on the workers from the client: host blocks copied out of this process by the worker that
+will hold them (same host; by socket otherwise), the chunks of a caller's dask array as futures where they
+lie, and those of a ``dask.array.from_array`` of a host array sent as host blocks are (the scheduler never
+carries them).  The containers in :mod:`workbench.partition` and the kernels place their inputs with these.
+
+Examples
+--------
+>>> futs = _scatter_all(client, [block_a, block_b], workers)         # doctest: +SKIP
+>>> B = persist(da.from_array(host_B, chunks=(100_000, 64)), client)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..cluster import backend_of, worker_addresses
+
+__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "settle"]
+
+
+def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
+    return _scatter_all(client, [obj], [worker])[0]
+
+
+def as_block(a: np.ndarray) -> np.ndarray:
+    """``a`` as a block to place on a worker: itself where its worker can copy it as it lies (contiguous, or
+    2-D with contiguous rows, as a column block of a C array is: read row by row), else a contiguous copy.
+    On this VM a copy in fresh pages costs ~0.3 ms per MiB, more than the worker's copy of it."""
+    if a.flags.c_contiguous or (a.ndim == 2 and a.strides[1] == a.itemsize and a.strides[0] >= a.shape[1] * a.itemsize):
+        return a
+    return np.ascontiguousarray(a)
+
+
+def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], device: bool = True) -> list:
+    """A future of each ``objs[i]`` held on ``workers[i]``: large host blocks are copied out of this
+    process by their workers, all at once (same host); the rest go by socket.  On GPU workers a block
+    moves to the device, unless ``device=False``."""
+    from .. import comms
+
+    comms.ensure_registered(client)
+    futs = comms._samehost.scatter_by_pull(client, objs, workers)
+    for i, (obj, worker) in enumerate(zip(objs, workers, strict=True)):
+        if futs[i] is None:
+            [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
+        if device and backend_of(client) == "gpu":
+            # on GPU workers a partition lives in device memory: moved there once, when distributed
+            from ..backend import to_device
+
+            futs[i] = client.submit(to_device, futs[i], workers=[worker], allow_other_workers=False, pure=False)
+    return futs
+
+
+def chunk_sources(x: Any) -> np.ndarray:
+    """Each chunk of the dask array ``x``, as an object array shaped like its chunk grid: the chunk's
+    Future where ``x`` is persisted (nothing to submit, it is where it lies), else its Delayed.
+
+    Pass them to :func:`compute_all` to get a Future per chunk.
+
+    Examples
+    --------
+    >>> x = client.persist(da.ones((8, 4), chunks=(4, 4)))              # doctest: +SKIP
+    >>> chunk_sources(x).shape                                          # doctest: +SKIP
+    (2, 1)
+    """
+    from distributed import futures_of
+
+    held = {f.key: f for f in futures_of(x)}
+    keys = x.__dask_keys__()
+    out = np.empty(x.numblocks, dtype=object)
+    for idx in np.ndindex(*x.numblocks):
+        k = keys
+        for i in idx:
+            k = k[i]
+        out[idx] = held.get(k)
+    if any(f is None for f in out.flat):
+        delayed = x.to_delayed()
+        for idx in np.ndindex(*x.numblocks):
+            out[idx] = out[idx] if out[idx] is not None else delayed[idx]
+    return out
+
+
+def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) -> list:
+    """A Future per ``(source, workers)``: a Future passes as it is; a Delayed that stands for data in its
+    graph (a chunk of ``dask.array.from_array`` of a host array) is scattered straight to ``workers``; the
+    other Delayeds are submitted together, one ``compute`` per distinct ``workers`` (``None``: anywhere;
+    else only there), so the scheduler gets them in one message instead of one per piece.
+
+    Examples
+    --------
+    >>> src = chunk_sources(x)                                          # doctest: +SKIP
+    >>> futs = compute_all(client, [(src[0, 0], [worker]), (src[1, 0], None)])   # doctest: +SKIP
+    """
+    out: list = [None] * len(items)
+    groups: dict = {}
+    literals: dict = {}
+    for i, (src, workers) in enumerate(items):
+        if _is_future(src):
+            out[i] = src
+        elif (data := _literal(src)) is not None:
+            literals.setdefault(None if workers is None else tuple(workers), []).append((i, data))
+        else:
+            groups.setdefault(None if workers is None else tuple(workers), []).append(i)
+    if literals:
+        # chunks held as data in the caller's graph (dask.array.from_array of a host array): straight to their
+        # worker, as a host array is scattered (its worker copies it out of this process, a column block row by
+        # row); computed, each would travel in the graph through the scheduler (2 GB of gtsv inputs: 15-32 s a
+        # call; by client.scatter after contiguous copies, 1.6-5 s; copied by the workers, 0.36 s)
+        anywhere = worker_addresses(client)
+        got = [(i, a, list(workers or anywhere)) for workers, pieces in literals.items() for i, a in pieces]
+        futs = _scatter_all(client, [a for _, a, _ in got], [ws[n % len(ws)] for n, (_, _, ws) in enumerate(got)],
+                            device=False)
+        for (i, _, _), f in zip(got, futs, strict=True):
+            out[i] = f
+    for workers, idx in groups.items():
+        futs = client.compute([items[i][0] for i in idx], workers=None if workers is None else list(workers),
+                              allow_other_workers=workers is None)
+        for i, f in zip(idx, futs, strict=True):
+            out[i] = f
+    return out
+
+
+def persist(x: Any, client: Any) -> Any:
+    """``client.persist(x)`` for a dask array, keyed the same (its chunks' futures carry its chunk keys),
+    except that the chunks of ``dask.array.from_array`` of a host array are copied out of this process by
+    the workers that will hold them, as a host array is distributed (column blocks row by row), a run of
+    chunks to each worker; persisted, they would travel inside the graph through the scheduler.
+
+    Examples
+    --------
+    >>> B = persist(da.from_array(host_B, chunks=(100_000, 64)), client)   # doctest: +SKIP
+    """
+    import dask.array as da
+
+    src = chunk_sources(x)
+    data = [None if _is_future(s) else _literal(s) for s in src.flat]
+    if not data or any(d is None for d in data):
+        return client.persist(x)
+    from .. import comms
+
+    comms.ensure_registered(client)
+    addrs = worker_addresses(client)
+    keys = [(x.name, *idx) for idx in np.ndindex(*x.numblocks)]
+    where = [addrs[c * len(addrs) // len(keys)] for c in range(len(keys))]
+    futs = comms._samehost.scatter_by_pull(client, [as_block(d) for d in data], where, keys=keys)
+    if any(f is None for f in futs):   # small chunks, another host: the graph's own way
+        return client.persist(x)
+    return da.Array({f.key: f for f in futs}, x.name, x.chunks, meta=x._meta)
+
+
+def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any) -> Any:
+    """A dask array whose chunks are the futures' results, the futures keyed ``(name, *chunk index)`` as
+    :func:`workbench.comms.run_spmd` keys its ranks with ``chunk_index``: the array's graph holds only the
+    futures (as a persisted array's does), so persisting or computing it runs no task.
+
+    Examples
+    --------
+    >>> futs = comms.run_spmd(body, args, client=client, chunk_index=[(0,), (1,)])    # doctest: +SKIP
+    >>> x = array_of(comms.split_results(futs)[0], ((4, 4),), np.float64)            # doctest: +SKIP
+    """
+    import dask.array as da
+
+    chunks = tuple(tuple(int(c) for c in ax) for ax in chunks)
+    names = {f.key[0] if isinstance(f.key, tuple) else None for f in futures}
+    grid = [len(ax) for ax in chunks]
+    index = sorted(tuple(f.key[1:]) for f in futures if isinstance(f.key, tuple))
+    if len(names) != 1 or None in names or index != sorted(np.ndindex(*grid)):
+        raise ValueError(f"futures must be keyed (name, *index), one per chunk of a {tuple(grid)} grid")
+    return da.Array({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
+
+
+def settle(client: Any, homes: dict[str, Sequence[Any]]) -> None:
+    """Leave each key of ``homes[worker]`` on that worker alone: drop its copies elsewhere (never the last
+    one, nor one the worker does not hold).
+
+    A kernel whose ranks pulled a caller's chunk from another worker calls it after the group: the chunk
+    then lives where its rank runs.  Left as two copies, the active memory manager drops one of them (the
+    copy on the fuller worker), often the rank's, and the next call pulls the chunk again.
+
+    Examples
+    --------
+    >>> settle(client, {worker: [chunk_key]})                               # doctest: +SKIP
+    """
+    client.run_on_scheduler(_settle, {a: list(ks) for a, ks in homes.items()})
+
+
+def _settle(homes: dict[str, list], dask_scheduler: Any = None) -> None:
+    for addr, keys in homes.items():
+        ws = dask_scheduler.workers.get(addr)
+        for key in keys:
+            ts = dask_scheduler.tasks.get(key)
+            if ws is None or ts is None or not ts.who_has or ws not in ts.who_has:
+                continue
+            for other in [w.address for w in ts.who_has if w is not ws]:
+                dask_scheduler.request_remove_replicas(other, [key], stimulus_id=f"workbench-settle-{time.time()}")
+
+
+def _literal(src: Any) -> np.ndarray | None:
+    """The host array a Delayed stands for when its graph holds it as data (a chunk of
+    ``dask.array.from_array`` of a numpy array), else None."""
+    try:
+        node = src.__dask_graph__()[src.key]
+    except (AttributeError, KeyError, TypeError):
+        return None
+    data = node.value if type(node).__name__ == "DataNode" else node
+    return data if isinstance(data, np.ndarray) and data.dtype != object else None
+
+
+def _is_future(obj: Any) -> bool:
+    from distributed import Future
+
+    return isinstance(obj, Future)
+
+
+def _literal_rows(x: Any, offs: np.ndarray) -> list | None:
+    """Rows ``offs[r]:offs[r + 1]`` of ``x``, a ``dask.array.from_array`` of a host array (1-D or 2-D), cut
+    from the host chunks its graph holds (copied only where a block spans several chunks); None for any
+    other array.  Rechunked and computed, the chunks would travel inside the graph through the scheduler."""
+    if x.ndim not in (1, 2) or x.size == 0:
+        return None
+    src = chunk_sources(x)
+    grid = np.empty(src.shape, dtype=object)
+    for idx in np.ndindex(*src.shape):
+        data = None if _is_future(src[idx]) else _literal(src[idx])
+        if data is None:
+            return None
+        grid[idx] = data
+    edges = np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(np.int64)
+    out = []
+    for r in range(len(offs) - 1):
+        lo, hi = int(offs[r]), int(offs[r + 1])
+        pieces = []
+        for i in range(len(x.chunks[0])):
+            a, b = max(lo, int(edges[i])), min(hi, int(edges[i + 1]))
+            if a < b:
+                row = [grid[(i, *j)][a - edges[i]:b - edges[i]] for j in np.ndindex(*grid.shape[1:])]
+                pieces.append(row[0] if len(row) == 1 else np.concatenate(row, axis=1))
+        out.append(np.empty((0, *x.shape[1:]), x.dtype) if not pieces else as_block(pieces[0]) if len(pieces) == 1
+                   else np.concatenate(pieces, axis=0))
+    return out
