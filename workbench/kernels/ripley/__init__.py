@@ -64,7 +64,7 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks, check_entries, resilient
+from ...partition import RowBlocks, _scatter_all, as_row_blocks, check_entries, resilient
 from .cpu import MAX_WEIGHT
 from .ranks import _ripley_rank, tile_bounds
 
@@ -440,8 +440,8 @@ def _check_block_shape(blocks: RowBlocks, name: str, ncols: int) -> None:
 def _times_like(times: Any, pts: RowBlocks, client: Any) -> RowBlocks:
     """Times as row blocks aligned with the points' blocks (same offsets and workers)."""
     if isinstance(times, np.ndarray):
-        parts = [client.scatter([np.ascontiguousarray(times[pts.offsets[p]:pts.offsets[p + 1]])],
-                                workers=[pts.workers[p]], direct=True, hash=False)[0] for p in range(pts.n_parts)]
+        parts = _scatter_all(client, [np.ascontiguousarray(times[pts.offsets[p]:pts.offsets[p + 1]])
+                                      for p in range(pts.n_parts)], list(pts.workers), device=False)
         return RowBlocks(parts, pts.offsets.copy(), (pts.shape[0],), np.dtype(np.float64), list(pts.workers),
                          kind="dense")
     if isinstance(times, RowBlocks):
