@@ -366,12 +366,12 @@ def _host_lineage(container: RowBlocks | BlockGrid, obj: Any, replicas: int) -> 
             i, j = divmod(r, C)
             if sparse:  # as distribute cuts them: a row band, then its columns
                 return a[roffs[i]:roffs[i + 1]].tocsc()[:, coffs[j]:coffs[j + 1]].tocsr()
-            return np.ascontiguousarray(a[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]])
+            return a[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]]   # a view: _scatter_all copies if it must
     else:
         offs = container.offsets
 
         def cut(a: Any, r: int) -> Any:
-            return a[offs[r]:offs[r + 1]] if sparse else np.ascontiguousarray(a[offs[r]:offs[r + 1]])
+            return a[offs[r]:offs[r + 1]]
 
     return HostLineage(obj, prepare, cut, container.shape, replicas)
 
@@ -882,13 +882,13 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
             raise ValueError("partition='2d' needs a 2-D array")
         R, C = grid or grid_shape(len(addrs))
         roffs, coffs = block_offsets(x.shape[0], R), block_offsets(x.shape[1], C)
-        futs = _scatter_all(client, [np.ascontiguousarray(x[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]])
+        futs = _scatter_all(client, [x[roffs[i]:roffs[i + 1], coffs[j]:coffs[j + 1]]
                                      for i in range(R) for j in range(C)], addrs[:R * C])
         blocks = [futs[i * C:(i + 1) * C] for i in range(R)]
         return BlockGrid(blocks, roffs, coffs, tuple(x.shape), x.dtype, addrs[:R * C], kind="dense")
     P = n_parts or len(addrs)
     offs = block_offsets(x.shape[0], P)
-    parts = _scatter_all(client, [np.ascontiguousarray(x[offs[r]:offs[r + 1]]) for r in range(P)],
+    parts = _scatter_all(client, [x[offs[r]:offs[r + 1]] for r in range(P)],
                          [addrs[r % len(addrs)] for r in range(P)])
     return RowBlocks(parts, offs, tuple(x.shape), x.dtype, [addrs[r % len(addrs)] for r in range(P)], kind="dense")
 

@@ -26,22 +26,30 @@ def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
     return _scatter_all(client, [obj], [worker])[0]
 
 
-def as_block(a: np.ndarray) -> np.ndarray:
-    """``a`` as a block to place on a worker: itself where its worker can copy it as it lies (contiguous, or
-    2-D with contiguous rows, as a column block of a C array is: read row by row), else a contiguous copy.
-    On this VM a copy in fresh pages costs ~0.3 ms per MiB, more than the worker's copy of it."""
-    if a.flags.c_contiguous or (a.ndim == 2 and a.strides[1] == a.itemsize and a.strides[0] >= a.shape[1] * a.itemsize):
+def as_block(a: Any) -> Any:
+    """``a`` as a block to place on a worker: itself where its worker can copy it as it lies (contiguous; a
+    2-D numpy array with contiguous rows, as a column block of a C array is, read row by row; not an array),
+    else a contiguous copy.  On this VM a copy in fresh pages costs ~0.3 ms per MiB, more than the worker's
+    copy of it.  :func:`_scatter_all` and :func:`persist` apply it, so callers pass views."""
+    if not hasattr(a, "flags") or a.flags.c_contiguous:
         return a
-    return np.ascontiguousarray(a)
+    if isinstance(a, np.ndarray) and a.ndim == 2 and a.strides[1] == a.itemsize \
+            and a.strides[0] >= a.shape[1] * a.itemsize:
+        return a
+    from ..backend import namespace
+
+    return namespace(a).ascontiguousarray(a)
 
 
 def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], device: bool = True) -> list:
     """A future of each ``objs[i]`` held on ``workers[i]``: large host blocks are copied out of this
-    process by their workers, all at once (same host); the rest go by socket.  On GPU workers a block
-    moves to the device, unless ``device=False``."""
+    process by their workers, all at once (same host); the rest go by socket.  Views are fine: a block is
+    copied on the client only when its worker cannot read it as it lies (:func:`as_block`).  On GPU workers
+    a block moves to the device, unless ``device=False``."""
     from .. import comms
 
     comms.ensure_registered(client)
+    objs = [as_block(o) for o in objs]
     futs = comms._samehost.scatter_by_pull(client, objs, workers)
     for i, (obj, worker) in enumerate(zip(objs, workers, strict=True)):
         if futs[i] is None:
@@ -238,6 +246,6 @@ def _literal_rows(x: Any, offs: np.ndarray) -> list | None:
             if a < b:
                 row = [grid[(i, *j)][a - edges[i]:b - edges[i]] for j in np.ndindex(*grid.shape[1:])]
                 pieces.append(row[0] if len(row) == 1 else np.concatenate(row, axis=1))
-        out.append(np.empty((0, *x.shape[1:]), x.dtype) if not pieces else as_block(pieces[0]) if len(pieces) == 1
+        out.append(np.empty((0, *x.shape[1:]), x.dtype) if not pieces else pieces[0] if len(pieces) == 1
                    else np.concatenate(pieces, axis=0))
     return out

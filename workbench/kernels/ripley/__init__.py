@@ -440,8 +440,8 @@ def _check_block_shape(blocks: RowBlocks, name: str, ncols: int) -> None:
 def _times_like(times: Any, pts: RowBlocks, client: Any) -> RowBlocks:
     """Times as row blocks aligned with the points' blocks (same offsets and workers)."""
     if isinstance(times, np.ndarray):
-        parts = _scatter_all(client, [np.ascontiguousarray(times[pts.offsets[p]:pts.offsets[p + 1]])
-                                      for p in range(pts.n_parts)], list(pts.workers), device=False)
+        parts = _scatter_all(client, [times[pts.offsets[p]:pts.offsets[p + 1]] for p in range(pts.n_parts)],
+                             list(pts.workers), device=False)
         return RowBlocks(parts, pts.offsets.copy(), (pts.shape[0],), np.dtype(np.float64), list(pts.workers),
                          kind="dense")
     if isinstance(times, RowBlocks):

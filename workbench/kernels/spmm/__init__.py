@@ -61,7 +61,6 @@ from ...partition import (
     _scatter_all,
     all_finite,
     array_of,
-    as_block,
     block_offsets,
     distribute,
     persist,
@@ -453,7 +452,7 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
             if _is_dask_array(Bsrc):
                 b_args[o][(l, j)] = client.compute(Bsrc[sl], workers=[lay.workers[o]], allow_other_workers=False)
             else:
-                tiles.append((o, (l, j), as_block(Bsrc[sl]) if namespace(Bsrc) is np else Bsrc[sl]))
+                tiles.append((o, (l, j), Bsrc[sl]))
     # host tiles all at once, each copied out of the client by its worker (a column block row by row)
     futs = _scatter_all(client, [t for _, _, t in tiles], [lay.workers[o] for o, _, _ in tiles], device=False)
     for (o, lj, _), fut in zip(tiles, futs, strict=True):

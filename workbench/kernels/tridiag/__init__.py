@@ -174,9 +174,7 @@ from ...partition import (
     RowBlocks,
     TaskLineage,
     _scatter_all,
-    _scatter_to,
     array_of,
-    as_block,
     block_offsets,
     chunk_sources,
     compute_all,
@@ -451,8 +449,7 @@ def distribute_system(dl: Any, d: Any, du: Any, b: Any, *, periodic: bool = Fals
               lm(spec.b, spec.batched, rhs=True, b_ndim=spec.b_ndim))
     out = []
     for a in arrays:
-        parts = [_scatter_to(client, np.ascontiguousarray(a[offs[r]:offs[r + 1]]), addrs[r])
-                 for r in range(len(addrs))]
+        parts = _scatter_all(client, [a[offs[r]:offs[r + 1]] for r in range(len(addrs))], addrs)
         out.append(RowBlocks(parts, offs, tuple(a.shape), np.dtype(np.float64), addrs, kind="dense",
                              meta={"layout": "tridiag-line-major", "periodic": periodic}))
     return tuple(out)
@@ -769,7 +766,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
     if _batch_split(spec, P) and lax == 1:
         # gtsv layout cut along the batch: each worker's block is contiguous rows, scattered without a copy
         boffs = block_offsets(spec.V, P)
-        futs = _scatter_all(client, [np.ascontiguousarray(a[boffs[r]:boffs[r + 1]]) for r in range(P)
+        futs = _scatter_all(client, [a[boffs[r]:boffs[r + 1]] for r in range(P)
                                      for a, _ in inputs], [w for w in addrs for _ in inputs])
         out = [tuple([(-sh, futs[r * len(inputs) + k])] for k, (_, sh) in enumerate(inputs)) for r in range(P)]
         return out, np.array([0, n], np.int64), addrs, boffs, {}
@@ -779,7 +776,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
         lo, hi = int(offs[r]), int(offs[r + 1])
         for a, sh in inputs:
             c0, c1 = max(lo + sh, 0), min(hi + sh, a.shape[lax])
-            pieces.append(as_block(_cols(a, lax, c0, max(c0, c1))))   # a column block is read row by row
+            pieces.append(_cols(a, lax, c0, max(c0, c1)))   # a view: a column block is read row by row
             starts.append(c0 - sh - lo)
     futs = _scatter_all(client, pieces, [w for w in addrs for _ in inputs])
     out = [tuple([(starts[r * len(inputs) + k], futs[r * len(inputs) + k])] for k in range(len(inputs)))
