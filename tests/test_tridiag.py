@@ -574,6 +574,37 @@ def test_readme_layout_runs_only_the_ranks(clients, n_workers):
     _close(got, _oracle(dl, d, du, b))
 
 
+@pytest.mark.parametrize("split", ["line", "batch"])
+def test_chunks_on_another_worker_move_before_the_ranks(clients, split):
+    # every chunk persisted on the first worker: the second rank's chunks move to its worker before the group
+    # (no rank waits for a transfer) and are left there alone, so the active memory manager has no copy to
+    # drop and the next call moves nothing (dropped after the group instead, the rank's copy was sometimes
+    # the one the manager dropped first, and the next call pulled it again)
+    import dask.array as da
+    from dask.core import flatten
+    from distributed import get_task_stream, wait
+
+    client = clients(2)
+    first = sorted(client.scheduler_info()["workers"])[0]
+    V, n = 32, 1024
+    dl, d, du, b = _system("dominant", n, V, None, seed=3)
+    chunks = (V, n // 2) if split == "line" else (V // 2, n)
+    arrs = client.persist([da.from_array(a, chunks=chunks) for a in (dl, d, du, b)], workers=[first])
+    wait(arrs)
+    keys = [k for a in arrs for k in flatten(a.__dask_keys__())]
+    for _ in range(2):
+        with get_task_stream(client) as ts:
+            x = wb.tridiag_solve(*arrs, client=client)
+        assert x.stats["split"] == split
+        assert not any(s["action"] == "transfer" for t in ts.data for s in t.get("startstops", ())), ts.data
+        held = client.sync(client.scheduler.who_has, keys=keys)
+        assert all(len(held[k]) == 1 for k in keys), held                 # one copy each
+        assert len({w for k in keys for w in held[k]}) == 2                # on both workers
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())
+        assert client.sync(client.scheduler.who_has, keys=keys) == held
+    _close(x.compute(), _oracle(dl, d, du, b))
+
+
 def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
     # n = 200: twelfths, sixths and quarters of the line are shorter than 2 * halo + 2 rows, halves are not;
     # whole systems per worker (host input) or a line split over two, the same blocks and the same answers

@@ -49,8 +49,8 @@ from .placement import (
     array_of,
     chunk_sources,
     compute_all,
+    move_keys,
     persist,
-    settle,
 )
 from .placement import as_block as as_block
 
@@ -65,7 +65,7 @@ __all__ = [
     "chunk_sources",
     "compute_all",
     "array_of",
-    "settle",
+    "move_keys",
     "persist",
     "as_row_blocks",
     "Lineage",

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cluster import backend_of, worker_addresses
 
-__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "settle"]
+__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "move_keys"]
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
@@ -180,30 +180,50 @@ def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any
     return da.Array({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
 
 
-def settle(client: Any, homes: dict[str, Sequence[Any]]) -> None:
-    """Leave each key of ``homes[worker]`` on that worker alone: drop its copies elsewhere (never the last
-    one, nor one the worker does not hold).
+def move_keys(client: Any, homes: dict[str, Sequence[Any]], timeout: float = 120.0) -> None:
+    """Copy each key of ``homes[worker]`` (in memory elsewhere) to that worker and drop its other copies, in
+    one step on the scheduler.
 
-    A kernel whose ranks pulled a caller's chunk from another worker calls it after the group: the chunk
-    then lives where its rank runs.  Left as two copies, the active memory manager drops one of them (the
-    copy on the fuller worker), often the rank's, and the next call pulls the chunk again.
+    A kernel whose ranks read a caller's chunk held on another worker calls it before the group: the rank
+    then reads the chunk where it runs, and the next call finds it there.  Pulled by the rank as a task
+    dependency and dropped elsewhere after the group, the chunk would lie on both workers in between, and the
+    active memory manager, when it ran then, dropped one of the two copies, often the rank's (the copy on the
+    fuller worker); the next call pulled the chunk again.  A key not copied within ``timeout`` seconds stays
+    where it is (the rank fetches it).
 
     Examples
     --------
-    >>> settle(client, {worker: [chunk_key]})                               # doctest: +SKIP
+    >>> move_keys(client, {worker: [chunk_key]})                             # doctest: +SKIP
     """
-    client.run_on_scheduler(_settle, {a: list(ks) for a, ks in homes.items()})
+    if homes:
+        client.run_on_scheduler(_move_keys, {a: list(ks) for a, ks in homes.items()}, timeout)
 
 
-def _settle(homes: dict[str, list], dask_scheduler: Any = None) -> None:
-    for addr, keys in homes.items():
-        ws = dask_scheduler.workers.get(addr)
-        for key in keys:
-            ts = dask_scheduler.tasks.get(key)
-            if ws is None or ts is None or not ts.who_has or ws not in ts.who_has:
+async def _move_keys(homes: dict[str, list], timeout: float, dask_scheduler: Any = None) -> None:
+    import asyncio
+
+    s = dask_scheduler
+
+    async def to(addr: str, keys: list) -> None:
+        ws = s.workers.get(addr)
+        tasks = [s.tasks.get(k) for k in keys]
+        who = {ts.key: [w.address for w in ts.who_has] for ts in tasks
+               if ts is not None and ts.who_has and ws not in ts.who_has}
+        if ws is None or not who:
+            return
+        failed = await s.gather_on_worker(addr, who)
+        # no await from here on: the active memory manager cannot run between the copy and the drop
+        for key in who.keys() - failed:
+            ts = s.tasks.get(key)
+            if ts is None or not ts.who_has or ws not in ts.who_has:
                 continue
             for other in [w.address for w in ts.who_has if w is not ws]:
-                dask_scheduler.request_remove_replicas(other, [key], stimulus_id=f"workbench-settle-{time.time()}")
+                s.request_remove_replicas(other, [key], stimulus_id=f"workbench-move-{time.time()}")
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(to(a, ks) for a, ks in homes.items())), timeout)
+    except (TimeoutError, OSError):
+        pass   # what did not move is fetched by its rank
 
 
 def _literal(src: Any) -> np.ndarray | None:

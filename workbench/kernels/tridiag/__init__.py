@@ -178,8 +178,8 @@ from ...partition import (
     block_offsets,
     chunk_sources,
     compute_all,
+    move_keys,
     resilient,
-    settle,
 )
 
 # the numba kernels (cpu.py) and the reduced-system solver (ranks.py) stay importable from here (`x as x`:
@@ -728,14 +728,13 @@ def _line_major_host(a: np.ndarray, batched: bool, rhs: bool = False, b_ndim: in
     return a.T
 
 
-def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str], np.ndarray | None, dict]:
-    """Per-rank inputs, the rank offsets along the line, the workers, the batch offsets when each
-    worker holds whole systems (``None``: the line is split), and the caller's chunks that move to a
-    rank's worker (by worker)."""
+def _place(spec: _Spec, client: Any) -> tuple[list, np.ndarray, list[str], np.ndarray | None]:
+    """Per-rank inputs, the rank offsets along the line, the workers, and the batch offsets when each
+    worker holds whole systems (``None``: the line is split)."""
     if spec.source == "rows":
         parts = ([spec.b.parts] if spec.compact else [spec.dl.parts, spec.d.parts, spec.du.parts, spec.b.parts])
         return [tuple(p[r] for p in parts) for r in range(len(spec.b.parts))], np.asarray(spec.b.offsets), \
-            list(spec.b.workers), None, {}
+            list(spec.b.workers), None
     if spec.source == "host":
         return _place_host(spec, client)
     return _place_dask(spec, client)
@@ -769,7 +768,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
         futs = _scatter_all(client, [a[boffs[r]:boffs[r + 1]] for r in range(P)
                                      for a, _ in inputs], [w for w in addrs for _ in inputs])
         out = [tuple([(-sh, futs[r * len(inputs) + k])] for k, (_, sh) in enumerate(inputs)) for r in range(P)]
-        return out, np.array([0, n], np.int64), addrs, boffs, {}
+        return out, np.array([0, n], np.int64), addrs, boffs
     offs = _rank_offsets(n, P, spec.V)
     pieces, starts = [], []
     for r in range(P):
@@ -781,7 +780,7 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
     futs = _scatter_all(client, pieces, [w for w in addrs for _ in inputs])
     out = [tuple([(starts[r * len(inputs) + k], futs[r * len(inputs) + k])] for k in range(len(inputs)))
            for r in range(P)]
-    return out, offs, addrs, None, {}
+    return out, offs, addrs, None
 
 
 def _nonempty(chunks: tuple) -> tuple:
@@ -798,10 +797,11 @@ def _holders(client: Any, keys: list) -> list[set]:
     return [set(got.get(k, ())) for k in keys]
 
 
-def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> tuple[list[str], dict[str, list]]:
+def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> list[str]:
     """A worker per rank, preferring the one that already holds the rank's chunks (so the blocks do not
-    move), and the chunks that move there (in memory on other workers only, read by this rank alone), by
-    worker; ``want[r]``: the keys rank ``r`` reads with their sizes."""
+    move); ``want[r]``: the keys rank ``r`` reads with their sizes.  The chunks in memory on other workers
+    only, read by this rank alone, move to its worker now and stay there, so the next call finds them in
+    place."""
     keys = list({k for w in want for k, _ in w})
     held = dict(zip(keys, _holders(client, keys), strict=True))
     free, out = list(addrs), []
@@ -813,7 +813,8 @@ def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> tuple[list
     takers = collections.Counter(k for w in want for k in {k for k, _ in w})
     moved = {a: [k for k, _ in w if held[k] and a not in held[k] and takers[k] == 1]
              for a, w in zip(out, want, strict=True)}
-    return out, {a: ks for a, ks in moved.items() if ks}
+    move_keys(client, {a: ks for a, ks in moved.items() if ks})
+    return out
 
 
 def _place_dask(spec: _Spec, client: Any) -> tuple:
@@ -832,7 +833,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
     if bax is not None and nb_batch > 1 and (nb_batch >= len(addrs) or not small):
         # chunked along the batch (and maybe along the line too): each worker takes whole rows of chunks, so
         # whole systems, and nothing moves between the ranks; a chunk held on another worker moves to its
-        # rank's worker once and stays there (settle), so the next call finds it in place
+        # rank's worker once and stays there, so the next call finds it in place
         cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
         P = len(cuts) - 1
         # every input in b's chunks of systems (a chunk row must name the same systems in all four); along
@@ -849,14 +850,14 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
 
         want = [[(grids[k][c, j].key, int(bounds[c + 1] - bounds[c]) * int(edges[k][j + 1] - edges[k][j]))
                  for k in range(len(arrays)) for c, j in cells(k, r)] for r in range(P)]
-        ws, moved = _rank_workers(client, want, addrs)
+        ws = _rank_workers(client, want, addrs)
         where = [(k, r, c, j) for r in range(P) for k in range(len(arrays)) for c, j in cells(k, r)]
         futs = dict(zip(where, compute_all(client, [(grids[k][c, j], [ws[r]]) for k, r, c, j in where]),
                         strict=True))
         # an input's pieces: its chunks row by row, each row's first piece starting the line (_batch_rows)
         out = [tuple([(int(edges[k][j]) - sh, futs[k, r, c, j]) for c, j in cells(k, r)]
                      for k, (_, sh) in enumerate(arrays)) for r in range(P)]
-        return out, np.array([0, n], np.int64), ws, boffs, moved
+        return out, np.array([0, n], np.int64), ws, boffs
     line_b = arrays[-1][0]
     P, nb_line = len(addrs), len(_nonempty(line_b.chunks[lax]))
     if nb_line < P and not small:
@@ -897,7 +898,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                     per_rank[r][i] = (p[0], Borrow(*whole[p[4][0]], *p[4][1:]), None, p[3])
         plans.append(per_rank)
     want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
-    ws, moved = _rank_workers(client, want, addrs)
+    ws = _rank_workers(client, want, addrs)
     # a whole chunk runs (if it is not in memory) only on its rank's worker, a cut beside its chunk; a cut
     # of a chunk that another rank takes whole is lent by that rank inside the group (no task to wait for)
     where = [(k, r, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[k][r]))
@@ -906,7 +907,7 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                                                 for k, r, i in where]), strict=True))
     out = [tuple([(p[0], p[1] if isinstance(p[1], Borrow) else futs[k, r, i]) for i, p in enumerate(plans[k][r])]
                  for k in range(len(arrays))) for r in range(P)]
-    return out, offs, ws, None, moved
+    return out, offs, ws, None
 
 
 def _run(spec: _Spec, client: Any, mode: str) -> Any:
@@ -914,7 +915,7 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     import dask.array as da
 
     t0 = time.perf_counter()
-    parts, offs, addrs, boffs, moved = _place(spec, client)
+    parts, offs, addrs, boffs = _place(spec, client)
     P = len(addrs)
     grid = block_grid(spec.n, spec.V)
     split = "line" if boffs is None else "batch"
@@ -966,9 +967,6 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     comms.wait_group(futs)
     xf, infos = comms.split_results(futs)
     seconds = time.perf_counter() - t0
-    if moved:
-        # the chunks pulled to their ranks stay there, alone: the next call finds them in place
-        settle(client, moved)
     if matrix is not None and "halo_probed" in infos[0]:
         _remember_halo(matrix, infos[0]["halo_probed"])
     R, V = spec.R, spec.V
