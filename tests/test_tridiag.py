@@ -838,37 +838,6 @@ def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
                 assert x.stats["path"] == "fused", name
 
 
-def test_a_chunk_pulled_to_its_rank_stays_there(clients):
-    # d's first chunk lies on the other worker than dl's, du's and b's: the first call pulls it to rank 0's
-    # worker and leaves it there alone, so the next call moves nothing (and the answers agree)
-    import operator
-
-    from distributed import futures_of, get_task_stream, wait
-
-    from workbench.partition import array_of
-
-    client = clients(2)
-    V, n = 16, 512
-    host = _system("dominant", n, V, None, seed=9)
-    w = sorted(client.scheduler_info()["workers"])
-    arrs = []
-    for k, a in enumerate(host):
-        cuts = [(0, 256), (256, a.shape[1])]
-        futs = [client.submit(operator.getitem, a, (slice(None), slice(c0, c1)), key=(f"misplaced-{k}", 0, i),
-                              workers=[w[(i + (k == 1)) % 2]]) for i, (c0, c1) in enumerate(cuts)]
-        arrs.append(array_of(futs, ((V,), tuple(c1 - c0 for c0, c1 in cuts)), np.float64))
-    wait([f for a in arrs for f in futures_of(a)])
-    x1 = wb.tridiag_solve(*arrs, client=client).compute()
-    held = {a.name: {f.key[-1]: set(client.who_has([f])[f.key]) for f in futures_of(a)} for a in arrs}
-    assert all(h == held[arrs[0].name] for h in held.values()) and held[arrs[0].name][0] != held[arrs[0].name][1], held
-    with get_task_stream(client) as ts:
-        x2 = wb.tridiag_solve(*arrs, client=client)
-        wait(client.persist(x2))
-    assert not any(s["action"] == "transfer" for t in ts.data for s in t.get("startstops", ())), ts.data
-    assert np.array_equal(np.asarray(x2), x1)
-    _close(x1, _oracle(*host))
-
-
 @pytest.mark.parametrize("edges, P, want", [
     ((0, 3000, 4096), 2, (0, 3072, 4096)),          # the twelfth nearest the chunk edge: 72 rows borrowed, not 952
     ((0, 1366, 2732, 4096), 2, (0, 1366, 4096)),    # a whole chunk more for one rank beats lending half of one
