@@ -234,6 +234,28 @@ def test_persist_sends_from_array_chunks_by_their_workers_keyed_as_client_persis
     assert partition.persist(xp, client).name == xp.name
 
 
+def test_move_keys_leaves_one_copy_on_the_home_worker(clients):
+    # each key ends alone on its home worker, whether it lay elsewhere (moved), on several workers (the other
+    # copies dropped) or there already (untouched); a key the scheduler does not know is skipped; no task runs
+    from distributed import get_task_stream
+
+    client = clients(3)
+    w = sorted(client.scheduler_info()["workers"])
+    X = np.arange(12.0)
+    a, b, c = (client.scatter(X + i, workers=[w[i % 2]]) for i in range(3))   # on w0, w1, w0
+    client.replicate([c], n=3)
+    with get_task_stream(client) as ts:
+        partition.move_keys(client, {w[1]: [a.key, "no-such-key"], w[2]: [c.key], w[0]: []})
+        partition.move_keys(client, {w[1]: [b.key]})
+    assert not ts.data
+    held = {k: set(v) for k, v in client.who_has([a, b, c]).items()}
+    assert held == {a.key: {w[1]}, b.key: {w[1]}, c.key: {w[2]}}, held
+    client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())
+    assert {k: set(v) for k, v in client.who_has([a, b, c]).items()} == held
+    for f, i in ((a, 0), (b, 1), (c, 2)):
+        np.testing.assert_array_equal(f.result(), X + i)
+
+
 @pytest.mark.parametrize("chunks", [(14, 5), (3, 2), (7, 5), (5, 3)])
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
 def test_rows_of_a_from_array_cuts_its_host_chunks_without_tasks(clients, chunks, n_workers):

@@ -181,8 +181,8 @@ def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any
 
 
 def move_keys(client: Any, homes: dict[str, Sequence[Any]], timeout: float = 120.0) -> None:
-    """Copy each key of ``homes[worker]`` (in memory elsewhere) to that worker and drop its other copies, in
-    one step on the scheduler.
+    """Leave each key of ``homes[worker]`` on that worker alone: copied there where it is in memory elsewhere
+    only, and its other copies dropped, in one step on the scheduler.  Keys not in memory are skipped.
 
     A kernel whose ranks read a caller's chunk held on another worker calls it before the group: the rank
     then reads the chunk where it runs, and the next call finds it there.  Pulled by the rank as a task
@@ -204,21 +204,25 @@ async def _move_keys(homes: dict[str, list], timeout: float, dask_scheduler: Any
 
     s = dask_scheduler
 
-    async def to(addr: str, keys: list) -> None:
-        ws = s.workers.get(addr)
-        tasks = [s.tasks.get(k) for k in keys]
-        who = {ts.key: [w.address for w in ts.who_has] for ts in tasks
-               if ts is not None and ts.who_has and ws not in ts.who_has}
-        if ws is None or not who:
-            return
-        failed = await s.gather_on_worker(addr, who)
-        # no await from here on: the active memory manager cannot run between the copy and the drop
-        for key in who.keys() - failed:
+    def alone(ws: Any, keys: Any) -> None:   # drop the copies of keys that ws holds on other workers
+        for key in keys:
             ts = s.tasks.get(key)
             if ts is None or not ts.who_has or ws not in ts.who_has:
                 continue
             for other in [w.address for w in ts.who_has if w is not ws]:
                 s.request_remove_replicas(other, [key], stimulus_id=f"workbench-move-{time.time()}")
+
+    async def to(addr: str, keys: list) -> None:
+        ws = s.workers.get(addr)
+        if ws is None:
+            return
+        tasks = [ts for ts in map(s.tasks.get, keys) if ts is not None and ts.who_has]
+        alone(ws, [ts.key for ts in tasks if ws in ts.who_has])
+        who = {ts.key: [w.address for w in ts.who_has] for ts in tasks if ws not in ts.who_has}
+        if who:
+            failed = await s.gather_on_worker(addr, who)
+            # no await from here on: the active memory manager cannot run between the copy and the drop
+            alone(ws, who.keys() - failed)
 
     try:
         await asyncio.wait_for(asyncio.gather(*(to(a, ks) for a, ks in homes.items())), timeout)
