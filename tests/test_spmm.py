@@ -364,3 +364,32 @@ def test_dask_b_row_chunks_used_where_they_live(clients, n_workers, monkeypatch)
         reused.append(C.stats["tiles_reused"])
     assert reused[1]                   # the same placement again: A's tiles cut once
     np.testing.assert_allclose(np.asarray(wb.spmm(G, Bd, client=client)), A @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_dask_b_chunks_off_the_group_move_to_their_ranks_once(clients):
+    # A on two of three workers, B's chunks all on the third: they move to their ranks' workers before the
+    # first group and stay there alone, so no call's ranks wait for a transfer, even with the active memory
+    # manager run between calls (pulled by the ranks, B's copies were left on both workers, and the manager
+    # dropped the ranks' copies: every other call pulled them again), and A's tiles are cut once
+    import dask.array as da
+    from dask.core import flatten
+    from distributed import get_task_stream
+
+    client = clients(3)
+    w = sorted(client.scheduler_info()["workers"])
+    A = _matrix(m=400, n=300)
+    B = _dense(300, 6)
+    G = wb.distribute(A, client=client, workers=w[:2])
+    Bd = client.persist(da.from_array(B, chunks=(70, 6)), workers=[w[2]])
+    wait(Bd)
+    keys = list(flatten(Bd.__dask_keys__()))
+    for i in range(3):
+        with get_task_stream(client) as ts:
+            C = wb.spmm(G, Bd, client=client)
+            np.testing.assert_allclose(C.compute(), A @ B, rtol=1e-12, atol=1e-12)
+        ranks = [t for t in ts.data if "spmd-spmm" in str(t["key"])]
+        assert len(ranks) == 2 and not any(s["action"] == "transfer" for t in ranks for s in t["startstops"]), ranks
+        held = client.sync(client.scheduler.who_has, keys=keys)
+        assert all(len(held[k]) == 1 and held[k][0] in w[:2] for k in keys), held
+        assert C.stats["tiles_reused"] == (i > 0)
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())

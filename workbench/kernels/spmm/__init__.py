@@ -63,6 +63,7 @@ from ...partition import (
     array_of,
     block_offsets,
     distribute,
+    move_keys,
     persist,
     resilient,
     rows_of,
@@ -462,7 +463,8 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
 
 def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np.ndarray, tuple, list]:
     """A dask B's row chunks as 1-D inner tiles where they live: (row offsets, owning rank per tile, per-rank
-    {(l, 0): future}).  A chunk on none of ``workers`` goes to a rank in proportion (Dask moves it once)."""
+    {(l, 0): future}).  A chunk on none of ``workers`` goes to a rank in proportion and moves there
+    before the group (move_keys)."""
     from distributed import futures_of
 
     if B.numblocks[1] != 1:
@@ -475,14 +477,20 @@ def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np
     sizes = Bp.chunks[0]
     koffs, owners = [0], []
     b_args: list[dict] = [{} for _ in workers]
+    away: dict[str, list] = collections.defaultdict(list)
     for l, key in enumerate(keys):
         if sizes[l] == 0:
             continue
         held = [rank_of[w] for w in who.get(key, ()) if w in rank_of]
         r = min(held) if held else min(len(workers) - 1, koffs[-1] * len(workers) // int(Bp.shape[0]))
+        if not held and who.get(key):
+            away[workers[r]].append(key)
         b_args[r][(len(owners), 0)] = fmap[key]
         owners.append(r)
         koffs.append(koffs[-1] + int(sizes[l]))
+    # moved before the group, not pulled by the rank: a pulled chunk was left on two workers, and the active
+    # memory manager often dropped the rank's copy (the fuller worker's), so every other call pulled it again
+    move_keys(client, away)
     return np.asarray(koffs, dtype=np.int64), tuple(owners), b_args
 
 
