@@ -322,3 +322,26 @@ def test_distributed_input_is_used_in_place(clients, n_workers):
 
     with pytest.raises(TypeError, match="x"):
         wb.fftn(wb.distribute(sp.random(8, 8, 0.5, format="csr", random_state=0), client=client), client=client)
+
+
+def test_slabs_held_on_another_worker_move_before_the_ranks(clients):
+    # a dask input in slab chunks, all persisted on the first worker: the second slab moves to its rank's worker
+    # before the group (no rank waits for a transfer) and stays there alone, so later calls move nothing
+    from dask.core import flatten
+
+    client = clients(2)
+    w = sorted(client.scheduler_info()["workers"])
+    x = _data((16, 12, 10), seed=4)
+    xd = client.persist(da.from_array(x, chunks=(8, 12, 10)), workers=[w[0]])
+    wait(xd)
+    keys = list(flatten(xd.__dask_keys__()))
+    for _ in range(2):
+        with get_task_stream(client) as ts:
+            F = wb.fftn(xd, client=client)
+            validate_fft(F, x, "fwd")
+        ranks = [t for t in ts.data if "spmd" in str(t["key"])]
+        assert ranks and not any(s["action"] == "transfer" for t in ranks for s in t["startstops"]), ranks
+        held = client.sync(client.scheduler.who_has, keys=keys)
+        assert sorted(w_ for k in keys for w_ in held[k]) == w, held            # one slab on each worker
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())
+

@@ -46,7 +46,16 @@ import numpy as np
 from ... import comms
 from ...backend import namespace
 from ...cluster import backend_of, default_client, worker_addresses
-from ...partition import BlockGrid, RowBlocks, _scatter_all, array_of, block_offsets, persist, resilient
+from ...partition import (
+    BlockGrid,
+    RowBlocks,
+    _scatter_all,
+    array_of,
+    block_offsets,
+    move_keys,
+    persist,
+    resilient,
+)
 from .plan import FFTPlan, _make_plan, _rank_box, _rank_coords
 from .ranks import _fft_rank
 
@@ -419,15 +428,23 @@ def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[s
         for r in range(P):
             if workers[r] is None:
                 workers[r] = free.pop(0)
+        # a block held elsewhere moves to its rank's worker before the group, and stays there alone (pulled by
+        # the rank, it was left on two workers, and the active memory manager often dropped the rank's copy)
+        move_keys(client, {w: [k] for w, k in zip(workers, block_keys, strict=True)
+                           if who.get(k) and w not in who[k]})
         return [("block", fmap[k]) for k in block_keys], list(workers)
     # arbitrary chunking: each chunk goes to the rank on its worker; ranks redistribute in the group
     pieces: list[list] = [[] for _ in range(P)]
+    away: dict[str, list] = {}
     starts = [np.concatenate([[0], np.cumsum(c)]) for c in xp.chunks]
     for n, (idx, k) in enumerate(keys.items()):
         holders = [addrs.index(w) for w in who.get(k, ()) if w in addrs]
         r = holders[0] if holders else n % P
+        if not holders and who.get(k):
+            away.setdefault(addrs[r], []).append(k)
         box = tuple((int(starts[a][i]), int(starts[a][i + 1])) for a, i in enumerate(idx))
         pieces[r].append((box, fmap[k]))
+    move_keys(client, away)
     return [("pieces", p) for p in pieces], list(addrs)
 
 
