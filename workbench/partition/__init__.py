@@ -835,12 +835,8 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
     """
     if isinstance(obj, RowBlocks | BlockGrid):
         return obj
-    try:
-        import dask.array as da
-        if isinstance(obj, da.Array):
-            return obj
-    except ImportError:  # pragma: no cover
-        pass
+    if _is_dask(obj):
+        return obj
     if partition not in ("1d", "2d"):
         raise ValueError(f"partition must be '1d' or '2d', got {partition!r}")
     client = default_client(client)
@@ -929,12 +925,8 @@ def as_row_blocks(obj: Any, client: Any = None, *, kind: str | None = None) -> R
         return obj
     if isinstance(obj, BlockGrid):
         raise TypeError("this kernel needs a 1-D partition; distribute with partition='1d'")
-    try:
-        import dask.array as da
-        if isinstance(obj, da.Array):
-            return rows_of(obj, client)
-    except ImportError:  # pragma: no cover
-        pass
+    if _is_dask(obj):
+        return rows_of(obj, client)
     out = distribute(obj, client)
     assert isinstance(out, RowBlocks)
     return out

@@ -143,9 +143,8 @@ def persist(x: Any, client: Any) -> Any:
     """
     import dask.array as da
 
-    src = chunk_sources(x)
-    data = [None if _is_future(s) else _literal(s) for s in src.flat]
-    if not data or any(d is None for d in data):
+    grid = _host_chunks(x)
+    if grid is None:
         return client.persist(x)
     from .. import comms
 
@@ -153,7 +152,7 @@ def persist(x: Any, client: Any) -> Any:
     addrs = worker_addresses(client)
     keys = [(x.name, *idx) for idx in np.ndindex(*x.numblocks)]
     where = [addrs[c * len(addrs) // len(keys)] for c in range(len(keys))]
-    futs = comms._samehost.scatter_by_pull(client, [as_block(d) for d in data], where, keys=keys)
+    futs = comms._samehost.scatter_by_pull(client, [as_block(d) for d in grid.flat], where, keys=keys)
     if any(f is None for f in futs):   # small chunks, another host: the graph's own way
         return client.persist(x)
     return da.Array({f.key: f for f in futs}, x.name, x.chunks, meta=x._meta)
@@ -241,6 +240,18 @@ def _literal(src: Any) -> np.ndarray | None:
     return data if isinstance(data, np.ndarray) and data.dtype != object else None
 
 
+def _host_chunks(x: Any) -> np.ndarray | None:
+    """The host chunks of ``x``, a ``dask.array.from_array`` of a host array that is not persisted, as an
+    object array shaped like its chunk grid; None for any other array, or an empty one."""
+    src = chunk_sources(x)
+    out = np.empty(src.shape, dtype=object)
+    for idx in np.ndindex(*src.shape):
+        out[idx] = None if _is_future(src[idx]) else _literal(src[idx])
+        if out[idx] is None:
+            return None
+    return out if out.size and x.size else None
+
+
 def _is_future(obj: Any) -> bool:
     from distributed import Future
 
@@ -251,15 +262,9 @@ def _literal_rows(x: Any, offs: np.ndarray) -> list | None:
     """Rows ``offs[r]:offs[r + 1]`` of ``x``, a ``dask.array.from_array`` of a host array (1-D or 2-D), cut
     from the host chunks its graph holds (copied only where a block spans several chunks); None for any
     other array.  Rechunked and computed, the chunks would travel inside the graph through the scheduler."""
-    if x.ndim not in (1, 2) or x.size == 0:
+    grid = _host_chunks(x) if x.ndim in (1, 2) else None
+    if grid is None:
         return None
-    src = chunk_sources(x)
-    grid = np.empty(src.shape, dtype=object)
-    for idx in np.ndindex(*src.shape):
-        data = None if _is_future(src[idx]) else _literal(src[idx])
-        if data is None:
-            return None
-        grid[idx] = data
     edges = np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(np.int64)
     out = []
     for r in range(len(offs) - 1):

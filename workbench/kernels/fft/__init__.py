@@ -428,8 +428,7 @@ def _place_input(client: Any, x: Any, plan: FFTPlan, native: bool, addrs: list[s
         for r in range(P):
             if workers[r] is None:
                 workers[r] = free.pop(0)
-        # a block held elsewhere moves to its rank's worker before the group, and stays there alone (pulled by
-        # the rank, it was left on two workers, and the active memory manager often dropped the rank's copy)
+        # a block held elsewhere moves to its rank's worker before the group (move_keys says why)
         move_keys(client, {w: [k] for w, k in zip(workers, block_keys, strict=True)
                            if who.get(k) and w not in who[k]})
         return [("block", fmap[k]) for k in block_keys], list(workers)

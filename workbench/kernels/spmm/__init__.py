@@ -58,6 +58,7 @@ from ...cluster import default_client, worker_addresses
 from ...partition import (
     BlockGrid,
     RowBlocks,
+    _is_dask,
     _scatter_all,
     all_finite,
     array_of,
@@ -279,14 +280,6 @@ def traffic_bytes(nnz: int, m: int, k: int) -> int:
 # --------------------------------------------------------------------------
 
 
-def _is_dask_array(x: Any) -> bool:
-    try:
-        import dask.array as da
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(x, da.Array)
-
-
 def _is_sparse_host(x: Any) -> bool:
     import scipy.sparse as sp
 
@@ -317,7 +310,7 @@ def _remember_finite(x: Any, checked: bool) -> None:
         return
     if isinstance(x, RowBlocks | BlockGrid):
         x.meta["finite"] = True
-    elif _is_dask_array(x):
+    elif _is_dask(x):
         _FINITE_DASK[x.name] = None
         while len(_FINITE_DASK) > 1024:
             _FINITE_DASK.popitem(last=False)
@@ -344,7 +337,7 @@ def _validate_spmm(A: Any, B: Any, algorithm: str, grid: tuple[int, int] | None)
     if isinstance(B, RowBlocks):
         if B.kind != "dense":
             raise TypeError("B must be dense; for sparse x sparse use spgemm")
-    elif not (_is_dask_array(B) or hasattr(B, "__array__") or hasattr(B, "__cuda_array_interface__")):
+    elif not (_is_dask(B) or hasattr(B, "__array__") or hasattr(B, "__cuda_array_interface__")):
         raise TypeError(f"B must be a dense array, dask array or RowBlocks, got {type(B).__name__}")
     if _is_sparse_host(B):
         raise TypeError("B must be dense; for sparse x sparse use spgemm")
@@ -363,7 +356,7 @@ def _validate_spmm(A: Any, B: Any, algorithm: str, grid: tuple[int, int] | None)
         if (not isinstance(grid, tuple | list) or len(grid) != 2
                 or not all(isinstance(g, int | np.integer) and g >= 1 for g in grid)):
             raise ValueError(f"grid must be (R, C) with positive ints, got {grid!r}")
-    host_a, host_b = not isinstance(A, RowBlocks | BlockGrid), not (isinstance(B, RowBlocks) or _is_dask_array(B))
+    host_a, host_b = not isinstance(A, RowBlocks | BlockGrid), not (isinstance(B, RowBlocks) or _is_dask(B))
     if host_a:
         _check_finite_host("A", A)
     if host_b:
@@ -416,7 +409,7 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
         if len(set(workers)) != len(workers):
             raise ValueError("A has several row blocks per worker; spmm needs one block per worker")
         a_args = [{(r, -1): Ad.parts[r]} for r in range(len(workers))]
-        if _is_dask_array(B):
+        if _is_dask(B):
             # B's own row chunks are the inner tiles, each served by the rank on whose worker it lives:
             # no rechunk to A's row blocks and no chunk shipped through the scheduler on every call
             koffs, owners, b_args = _dask_rows_in_place(B, client, workers)
@@ -450,7 +443,7 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
         for j in range(lay.nJ):
             o = lay.owner_b(l, j)
             sl = (slice(int(lay.koffs[l]), int(lay.koffs[l + 1])), slice(int(lay.joffs[j]), int(lay.joffs[j + 1])))
-            if _is_dask_array(Bsrc):
+            if _is_dask(Bsrc):
                 b_args[o][(l, j)] = client.compute(Bsrc[sl], workers=[lay.workers[o]], allow_other_workers=False)
             else:
                 tiles.append((o, (l, j), Bsrc[sl]))
@@ -488,9 +481,7 @@ def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np
         b_args[r][(len(owners), 0)] = fmap[key]
         owners.append(r)
         koffs.append(koffs[-1] + int(sizes[l]))
-    # moved before the group, not pulled by the rank: a pulled chunk was left on two workers, and the active
-    # memory manager often dropped the rank's copy (the fuller worker's), so every other call pulled it again
-    move_keys(client, away)
+    move_keys(client, away)   # before the group, not pulled by the rank (move_keys says why)
     return np.asarray(koffs, dtype=np.int64), tuple(owners), b_args
 
 
@@ -500,7 +491,7 @@ def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
         return B
     if isinstance(B, RowBlocks):
         return rows_of(B.to_dask_array(), client, workers=workers)
-    if _is_dask_array(B):
+    if _is_dask(B):
         return rows_of(B, client, workers=workers)
     return distribute(B, client, workers=workers)
 
