@@ -10,7 +10,7 @@ layout.
   metric ``5 * ndof * 8 B / t`` reaches at least 40% of the workers' aggregate
   STREAM triad bandwidth measured in the same run, and the solve is at least
   4x faster than ``scipy.linalg.solve_banded`` looped over the batch.  Each
-  timed solve is paired with a STREAM run (best of 3 iterations) just before
+  timed solve is paired with a STREAM run (median of 3 iterations) just before
   it; ``stream_fraction`` is the median of the paired fractions
   (``stream_fraction_unpaired`` divides the median solve by the STREAM figure
   taken once at the start, which this host's drift moves by up to 1.5x);

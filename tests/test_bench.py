@@ -32,10 +32,15 @@ def test_measure_rejects_bad_repeat():
 
 
 def test_probes_on_a_cluster(client):
-    s = bench.stream_triad(client, n=1 << 20, repeat=2)
+    s = bench.stream_triad(client, n=1 << 20, repeat=3)
     assert len(s["per_worker_gbps"]) == 2 and s["aggregate_gbps"] > 0
-    # STREAM's aggregate (bytes over the slowest worker's time) never exceeds the sum of the workers' bests
+    # DESIGN rule 8: the aggregate is the median iteration's, not the best one's
+    assert len(s["iteration_gbps"]) == 3
+    assert s["aggregate_gbps"] == pytest.approx(sorted(s["iteration_gbps"])[1])
+    # an iteration lasts until its slowest worker is done: never more than the sum of the workers' own rates
     assert s["aggregate_gbps"] <= sum(s["per_worker_gbps"]) * (1 + 1e-12)
+    with pytest.raises(ValueError, match="repeat"):
+        bench.stream_triad(client, n=1 << 10, repeat=0)
     rt = bench.scheduler_roundtrip(client, repeat=3)
     assert rt["median_s"] > 0
     pp = bench.comms_pingpong(client, sizes=[8, 1 << 16], repeat=2)
