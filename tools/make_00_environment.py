@@ -12,7 +12,11 @@ cells = [
 Measures the cluster this run uses — per-worker memory bandwidth (STREAM triad, all workers at once),
 the scheduler's task round trip, and `workbench.comms` worker-to-worker latency and bandwidth by message size —
 so every kernel's numbers can be read against the hardware and the communication floor.
-The gap between the scheduler round trip and a comms round is why the iterative kernels run SPMD (DESIGN rule 2)."""),
+The gap between the scheduler round trip and a comms round is why the iterative kernels run SPMD (DESIGN rule 2).
+
+**Reproduces:** no paper; the bandwidth and latency floor every kernel's figures are read against.
+
+**Rerun:** `python -m workbench run environment --profile ci` (seconds; `--profile laptop` for the full sizes), every notebook with `make figures`; here: `make lab`, then *Run ▸ Run All Cells*."""),
 ("params", """# Parameters (papermill injects the profile's values below this cell)
 backend = "cpu"
 n_workers = 2
@@ -29,10 +33,14 @@ import pandas as pd
 import matplotlib
 import matplotlib.pyplot as plt
 import workbench as wb
+from workbench.cluster import worker_cores
+from IPython.display import Markdown, display
 
-cm = wb.cluster(backend=backend, n_workers=n_workers, address=address)
-client = cm.__enter__()
-print("Dask dashboard:", client.dashboard_link)
+cluster = wb.cluster(backend=backend, n_workers=n_workers, address=address)
+client = cluster.start()   # lives as long as the kernel; the last cell closes it
+display(Markdown(f"**Dask dashboard:** [{client.dashboard_link}]({client.dashboard_link})"))
+# each local CPU worker of a cluster with two or more runs on its own share of the cores (wb.cluster's pin=)
+display(Markdown("**Worker cores:** " + ", ".join(f"`{w}` {c}" for w, c in sorted(worker_cores(client).items()))))
 client"""),
 ("md", "## Memory bandwidth: STREAM triad on every worker at once"),
 ("code", """stream = wb.bench.stream_triad(client, n=stream_n, repeat=stream_repeat)
@@ -74,6 +82,6 @@ ax.set(xlabel="message bytes", ylabel="GB/s", title="comms bandwidth (ping-pong)
 fig.suptitle(f"{n_workers} {backend} workers · profile {profile}")
 fig.tight_layout()
 wb.experiment.save_figure(fig, "environment", output_dir)"""),
-("code", """cm.__exit__(None, None, None)"""),
+("code", """cluster.close()   # frees the workers now and writes the run's Dask performance report"""),
 ]
 write_notebook("notebooks/00_environment.ipynb", cells)
