@@ -317,7 +317,10 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
     at once and lasts until its slowest worker is done; ``aggregate_gbps`` is
     all workers' bytes over the median iteration, ``iteration_gbps`` the same
     for each iteration.  ``per_worker_gbps`` is each worker's bytes over its
-    own median time.
+    own median time; their sum overstates a shared memory bus (5-17% above
+    the aggregate here: a worker's own time often ends while the other still
+    streams, leaving it the bus), so bandwidth fractions divide by the
+    aggregate, whose iterations last as long as a kernel's group does.
 
     The triad is one fused loop (numba), as STREAM's C kernel; without numba
     it falls back to numpy's two passes, a lower bound on STREAM.
