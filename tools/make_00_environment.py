@@ -16,7 +16,8 @@ The gap between the scheduler round trip and a comms round is why the iterative 
 
 **Reproduces:** no paper; the bandwidth and latency floor every kernel's figures are read against.
 
-**Rerun:** `python -m workbench run environment --profile ci` (seconds; `--profile laptop` for the full sizes), every notebook with `make figures`; here: `make lab`, then *Run ▸ Run All Cells*."""),
+**Rerun:** `python -m workbench run environment --profile ci` (seconds; `--profile laptop` for the full sizes), """
+"""every notebook with `make figures`; here: `make lab`, then *Run ▸ Run All Cells*."""),
 ("params", """# Parameters (papermill injects the profile's values below this cell)
 backend = "cpu"
 n_workers = 2
