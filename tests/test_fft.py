@@ -344,4 +344,3 @@ def test_slabs_held_on_another_worker_move_before_the_ranks(clients):
         held = client.sync(client.scheduler.who_has, keys=keys)
         assert sorted(w_ for k in keys for w_ in held[k]) == w, held            # one slab on each worker
         client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())
-

@@ -303,7 +303,7 @@ def _triad_rank(comm: Any, _: Any, n: int, repeat: int) -> dict:
         # as STREAM times its parallel loop: an iteration lasts until its slowest worker is done
         group.append(comm.allreduce(t, op="max"))
     # STREAM's accounting: 24 B per element (read b, read c, write a)
-    return {"rank": comm.rank, "gbps": 3 * 8 * n / statistics.median(own) / 1e9, "group_s": group,
+    return {"rank": comm.rank, "gbps": 3 * 8 * n / statistics.median(own) / 1e9, "iteration_s": group,
             "bytes": 3 * 8 * n, "fused": fused}
 
 
@@ -340,7 +340,7 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
     res = comms.spmd(_triad_rank, [None] * len(addrs), n, repeat, client=client)
     res = sorted(res, key=lambda r: r["rank"])
     total = sum(r["bytes"] for r in res)
-    group = res[0]["group_s"]  # the allreduce gave every rank the same iteration times
+    group = res[0]["iteration_s"]  # the allreduce gave every rank the same iteration times
     return {"per_worker_gbps": [r["gbps"] for r in res], "aggregate_gbps": total / statistics.median(group) / 1e9,
             "iteration_gbps": [total / t / 1e9 for t in group], "workers": addrs}
 
