@@ -345,3 +345,25 @@ def test_bad_inputs(clients):
         wb.bfs(D, 0, client=client)
     S = wb.distribute(wb.data.grid_graph((3, 3)), client=client)
     assert wb.bfs(S, 0, client=client).level.max() == 4 and S.symmetric is True
+    # one rule on the host and the workers: the pattern must be symmetric (no integer wrap-around hides a
+    # one-way edge), values need not be, a pair stored twice is one edge
+    one_way = sp.csr_matrix((np.array([-128, 1, 1], np.int8), ([0, 1, 2], [1, 2, 1])), shape=(4, 4))
+    for g in (one_way, wb.distribute(one_way, client=client)):
+        with pytest.raises(ValueError, match="symmetric"):
+            wb.bfs(g, 1, client=client)
+    weighted = sp.csr_matrix(np.array([[0, 1, 0], [2, 0, 1], [0, 1, 0]], dtype=float))
+    twice = sp.csr_matrix(([0.5, 0.5, 1.0, 1.0, 1.0], [1, 1, 0, 2, 1], [0, 2, 4, 5]), shape=(3, 3))
+    for g in (weighted, twice):
+        for graph in (g, wb.distribute(g, client=client)):
+            np.testing.assert_array_equal(wb.bfs(graph, 0, client=client).level, [0, 1, 2])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_fewer_vertices_than_workers(clients, n):
+    """Ranks without a vertex take part and hold nothing."""
+    client = clients(4)
+    A = sp.csr_matrix(np.ones((n, n)) - np.eye(n))
+    for graph, partition in ((A, "auto"), (wb.distribute(A, client=client), "auto"), (A, "2d")):
+        r = wb.bfs(graph, n - 1, client=client, partition=partition)
+        np.testing.assert_array_equal(r.level, [1] * (n - 1) + [0])
+        assert wb.validate_bfs(A, r).ok

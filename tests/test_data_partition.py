@@ -313,3 +313,24 @@ def test_check_symmetric_once_per_container(clients, n_workers, monkeypatch):
     assert check_symmetric(R, client) is False
     fwd, bwd, nnz = pattern_hashes(A, 0)
     assert fwd == bwd and nnz == A.nnz
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_check_symmetric_reads_pairs_as_the_kernels_do(clients, n_workers):
+    """A pair stored twice is one edge, a stored zero none, unsorted column ids are fine and values play no
+    part: the workers' verdict is the host's (pattern_symmetric)."""
+    from workbench.partition import check_symmetric, distribute, pattern_symmetric
+
+    client = clients(n_workers)
+    path = sp.csr_matrix(([0.5, 0.5, 1.0, 1.0, 1.0], [1, 1, 0, 2, 1], [0, 2, 4, 5]), shape=(3, 3))  # (0, 1) twice
+    unsorted = sp.csr_matrix(([1.0, 1.0, 1.0, 1.0], [2, 1, 0, 0], [0, 2, 3, 4]), shape=(3, 3))
+    weighted = sp.csr_matrix(np.array([[0, 1, 0], [2, 0, 1], [0, 1, 0]], dtype=np.int8))
+    zero_one_way = sp.csr_matrix(([1.0, 1.0, 0.0], [1, 0, 2], [0, 1, 3, 3]), shape=(3, 3))
+    wrapping = sp.csr_matrix((np.array([-128, 1, 1], np.int8), ([0, 1, 2], [1, 2, 1])), shape=(4, 4))
+    twice_one_way = sp.csr_matrix(([1.0, 1.0, 1.0], [1, 1, 0], [0, 2, 2, 3]), shape=(3, 3))
+    for A, want in ((path, True), (unsorted, True), (weighted, True), (zero_one_way, True), (wrapping, False),
+                    (twice_one_way, False)):
+        assert pattern_symmetric(A) is want
+        assert check_symmetric(distribute(A, client=client), client) is want
+        if n_workers > 1:
+            assert check_symmetric(distribute(A, client=client, partition="2d"), client) is want

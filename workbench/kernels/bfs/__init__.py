@@ -55,7 +55,7 @@ import scipy.sparse as sp
 
 from ... import comms
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, check_entries, grid_shape, resilient
+from ...partition import BlockGrid, RowBlocks, check_entries, grid_shape, pattern_symmetric, resilient
 from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
 from .rules import _RULES as _RULES
 from .rules import _check_block
@@ -400,10 +400,8 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
             raise TypeError(f"source must be an int, got {type(s).__name__}")
         if not 0 <= int(s) < n:
             raise ValueError(f"source must be in [0, {n}), got {s}")
-    if sp.issparse(graph):
-        A = graph.tocsr()
-        if (abs(A - A.T) > 0).nnz:
-            raise ValueError("graph must be symmetric (an undirected graph): A != A.T")
+    if sp.issparse(graph) and not pattern_symmetric(graph):
+        raise ValueError("graph must be symmetric (an undirected graph): its pattern differs from A.T's")
     if P is None:
         from ...cluster import worker_addresses
         P = len(worker_addresses(default_client(client)))
@@ -413,8 +411,6 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
         RC = (P, 1)
     if RC[0] * RC[1] != P:
         raise ValueError(f"grid {RC} needs {RC[0] * RC[1]} ranks, the graph is on {P} workers")
-    if RC[0] > n:
-        raise ValueError(f"graph has {n} vertices, fewer than the {RC[0]} row blocks")
     return n, (int(RC[0]), int(RC[1]))
 
 
