@@ -86,6 +86,14 @@ def test_partial_distance2_rectangular(clients, n_workers, shape):
                                                      .astype(int)).getnnz(axis=1).max()
 
 
+def test_max_rounds_caps_conflict_rounds_only(clients):
+    """One rank never conflicts: one round past the degree classes' passes is enough, however many classes."""
+    A = _powerlaw(200, seed=5)
+    r = wb.color(A, distance=1, client=clients(1), max_rounds=1)
+    assert r.stats["rounds"] > 2 and r.stats["conflicts"] == [0] * (r.stats["rounds"] - 1)
+    assert wb.validate_coloring(A, r.colors, distance=1)
+
+
 def test_one_worker_equals_sequential_largest_first(clients):
     """With one rank there are no conflicts: the result is sequential greedy in
     (degree desc, id) order, recomputed here in plain Python."""
@@ -163,8 +171,13 @@ def test_bad_inputs(clients):
     A = wb.data.rmat(6, seed=1)
     with pytest.raises(ValueError, match="distance"):
         wb.color(A, distance=3, client=client)
+    with pytest.raises(ValueError, match="distance"):
+        wb.color(A, distance=1.0, client=client)
     with pytest.raises(ValueError, match="tie_break"):
         wb.color(A, tie_break="age", client=client)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="max_rounds"):
+            wb.color(A, max_rounds=bad, client=client)
     with pytest.raises(ValueError, match="square"):
         wb.color(sp.random(10, 12, 0.3, format="csr"), distance=1, client=client)
     asym = sp.csr_matrix(np.triu(np.ones((6, 6)), 1))

@@ -42,7 +42,16 @@ import scipy.sparse as sp
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, block_offsets, check_entries, check_symmetric, distribute, resilient
+from ...partition import (
+    BlockGrid,
+    RowBlocks,
+    block_offsets,
+    check_entries,
+    check_symmetric,
+    distribute,
+    pattern_symmetric,
+    resilient,
+)
 from .ranks import _color_rank, _setup_rank, priority_hash
 
 __all__ = ["color", "validate_coloring", "ColoringResult", "priority_hash"]
@@ -105,8 +114,9 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
         Who loses a conflict: the lower-degree vertex (then a hash of the id),
         or the hash alone.
     max_rounds : int
-        Safety cap on conflict-resolution rounds (the loop provably ends:
-        the highest-priority recolored vertex never loses again).
+        Safety cap on conflict-resolution rounds, the exchanges after every
+        degree class has had its pass (the loop provably ends: the
+        highest-priority recolored vertex never loses again).
 
     Returns
     -------
@@ -276,11 +286,11 @@ def _host_csr(A: Any) -> sp.csr_matrix:
 
 
 def _check_args(graph: Any, distance: Any, tie_break: Any, max_rounds: Any) -> tuple[int | str, str]:
-    if isinstance(distance, bool) or distance not in _DISTANCES:
+    if isinstance(distance, bool | float | np.floating) or distance not in _DISTANCES:
         raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
     if tie_break not in _TIE_BREAKS:
         raise ValueError(f"tie_break must be one of {_TIE_BREAKS}, got {tie_break!r}")
-    if not isinstance(max_rounds, int | np.integer) or max_rounds < 1:
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int | np.integer) or max_rounds < 1:
         raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
     if isinstance(graph, BlockGrid):
         raise TypeError("graph: color needs a 1-D row partition; distribute with partition='1d'")
@@ -305,8 +315,7 @@ def _check_args(graph: Any, distance: Any, tie_break: Any, max_rounds: Any) -> t
         if graph.symmetric is False:
             raise ValueError("graph must be symmetric for distance 1 or 2 (RowBlocks.symmetric is False)")
     else:
-        pat = sp.csr_matrix(to_host(graph), dtype=bool)
-        if (pat != pat.T).nnz:
+        if not pattern_symmetric(to_host(graph)):
             raise ValueError(f"graph must have a symmetric pattern for distance={distance}; "
                              "symmetrise it (A + A.T) or use distance='partial2' for a matrix")
     return distance, tie_break

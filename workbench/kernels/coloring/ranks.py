@@ -134,7 +134,7 @@ def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tu
         k += 1
         if n_changed[0] == 0 and k >= len(batches):
             break
-        if k > max_rounds:
+        if k - len(batches) >= max_rounds:   # the rounds after the degree classes' passes resolve conflicts
             raise RuntimeError(f"coloring did not converge in max_rounds={max_rounds} rounds "
                                f"(conflicts per round: {conflicts[-5:]})")
         cand = todo[on_boundary[todo]]
