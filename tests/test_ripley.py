@@ -254,6 +254,17 @@ def test_bad_distributed_input(clients):
     P = wb.distribute(np.array([[0.1, 0.1], [0.5, 0.5], [0.9, 1.2], [0.3, 0.3]]), client=client)
     with pytest.raises(ValueError, match="outside the window"):
         wb.ripley_k(P, [0.1], window=(0, 1, 0, 1), client=client)
+    # distributed times are checked where they live whatever the points are (host points too)
+    import dask.array as da
+
+    pts = np.random.default_rng(0).random((30, 2))
+    t = np.linspace(0.5, 9.5, 30)
+    for bad in (t + 5, np.where(np.arange(30) == 3, np.nan, t)):
+        for times in (da.from_array(bad, chunks=11), wb.distribute(bad, client=client)):
+            for points in (pts, da.from_array(pts, chunks=(11, 2))):
+                with pytest.raises(ValueError, match="time_window"):
+                    wb.ripley_k(points, [0.1], window=(0, 1, 0, 1), times=times, time_radii=[1.0],
+                                time_window=(0, 10), client=client)
 
 
 # Run in a fresh process: the simulator is chosen when numba.cuda is first imported.

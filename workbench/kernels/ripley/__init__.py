@@ -195,7 +195,7 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
     tms = None
     if times is not None:
         tms = _times_like(_host_if_array(times), pts, client)
-    if isinstance(points, RowBlocks) or hasattr(points, "dask"):
+    if any(isinstance(x, RowBlocks) or hasattr(x, "dask") for x in (points, times)):   # host ones: _validate
         _check_distributed_values(client, pts, tms, cfg)
     cfg["n"] = int(pts.shape[0])
 
