@@ -389,8 +389,7 @@ def _keeps_source(fn: Callable) -> Callable:
             raise ValueError(f"replicas must be a positive int, got {replicas!r}")
         if isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
             return fn(obj, client, **kwargs)
-        client = default_client(client)
-        _check_distribute(obj, client, **kwargs)
+        client = _check_distribute(obj, client, **kwargs)
         _check_fits(client, _host_nbytes(obj) * replicas, kwargs.get("workers"), kwargs.get("n_parts"), "the data")
         out = fn(obj, client, **kwargs)
         if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
@@ -403,8 +402,9 @@ def _keeps_source(fn: Callable) -> Callable:
 
 
 def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any = None, workers: Any = None,
-                      n_parts: Any = None, symmetric: Any = None, replicas: int = 1) -> None:
-    """:func:`distribute`'s arguments, checked on the client before anything is scattered."""
+                      n_parts: Any = None, symmetric: Any = None, replicas: int = 1) -> Any:
+    """:func:`distribute`'s arguments, checked on the client before anything is scattered (those that need
+    no cluster first); returns the client."""
     if partition not in ("1d", "2d"):
         raise ValueError(f"partition must be '1d' or '2d', got {partition!r}")
     if not (_is_sparse(obj) or isinstance(obj, list | tuple) or hasattr(obj, "__array__")
@@ -424,10 +424,20 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
         raise ValueError(f"n_parts must be a positive int or None, got {n_parts!r}")
     if symmetric is not None and not isinstance(symmetric, bool | np.bool_):
         raise TypeError(f"symmetric must be a bool or None, got {type(symmetric).__name__}")
+    if workers is not None and (isinstance(workers, str) or not all(isinstance(w, str) for w in workers)
+                                or not workers):
+        raise TypeError(f"workers must be a non-empty list of worker addresses, got {workers!r}")
+    if partition == "2d":
+        if len(shape) != 2:
+            raise ValueError(f"partition='2d' needs a 2-D obj, got shape {shape}")
+        if grid is not None and (not isinstance(grid, tuple | list) or len(grid) != 2 or not all(
+                isinstance(g, int | np.integer) and not isinstance(g, bool) and g >= 1 for g in grid)):
+            raise ValueError(f"grid must be a pair of positive ints (R, C), got {grid!r}")
+    elif grid is not None:
+        raise ValueError(f"grid applies to partition='2d' only, got grid={grid!r} with partition={partition!r}")
+    client = default_client(client)
     alive = worker_addresses(client)
     if workers is not None:
-        if isinstance(workers, str) or not all(isinstance(w, str) for w in workers) or not workers:
-            raise TypeError(f"workers must be a non-empty list of worker addresses, got {workers!r}")
         unknown = sorted(set(workers) - set(alive))
         if unknown:
             raise ValueError(f"workers {unknown} are not workers of this cluster ({len(alive)} workers)")
@@ -436,18 +446,10 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
         raise ValueError("the cluster has no workers")
     if replicas > len(set(alive)):
         raise ValueError(f"replicas={replicas} needs as many workers; the cluster has {len(set(alive))}")
-    if partition == "2d":
-        if len(shape) != 2:
-            raise ValueError(f"partition='2d' needs a 2-D obj, got shape {shape}")
-        if grid is not None:
-            if (not isinstance(grid, tuple | list) or len(grid) != 2
-                    or not all(isinstance(g, int | np.integer) and not isinstance(g, bool) and g >= 1 for g in grid)):
-                raise ValueError(f"grid must be a pair of positive ints (R, C), got {grid!r}")
-            if grid[0] * grid[1] > len(addrs):
-                raise ValueError(f"grid {grid[0]}x{grid[1]} needs {grid[0] * grid[1]} workers, the cluster has "
-                                 f"{len(addrs)}")
-    elif grid is not None:
-        raise ValueError(f"grid applies to partition='2d' only, got grid={grid!r} with partition={partition!r}")
+    if partition == "2d" and grid is not None and grid[0] * grid[1] > len(addrs):
+        raise ValueError(f"grid {grid[0]}x{grid[1]} needs {grid[0] * grid[1]} workers, the cluster has "
+                         f"{len(addrs)}")
+    return client
 
 
 def check_entries(name: str, obj: Any) -> None:
@@ -729,7 +731,10 @@ def resilient(fn: Callable) -> Callable:
         if getattr(_ACTIVE, "depth", 0):
             return fn(*args, **kwargs)
         bound = sig.bind_partial(*args, **kwargs)
-        client = default_client(bound.arguments.get("client"))
+        try:
+            client = default_client(bound.arguments.get("client"))
+        except ValueError:   # no client: the call validates its arguments first, then says so itself
+            return fn(*args, **kwargs)
         containers = _containers(list(bound.arguments.values()))
         cached = set(getattr(client, "_workbench_alive", ()))  # the workers comms saw last (no round trip)
         history: list[str] = []

@@ -158,8 +158,8 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     >>> g.indices.shape, bool((np.diff(g.distances, axis=1) >= 0).all())
     ((2000, 10), True)
     """
-    client = default_client(client)
     parts, n, d, opts = _validate(X, k, exact, metric, reference, params)
+    client = default_client(client)
     blocks = as_row_blocks(X, client) if not isinstance(X, RowBlocks) else X
     addrs = list(blocks.workers)
     if len(set(addrs)) != len(addrs):
