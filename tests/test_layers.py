@@ -125,3 +125,14 @@ def test_no_import_cycles():
 def test_module_size(path):
     n = len(path.read_text().splitlines())
     assert n <= 1200, f"{path.relative_to(PKG.parent)} has {n} lines (limit 1,200): split it"
+
+
+def test_kernel_packages_load_on_first_use():
+    """``wb.kernels.<kernel>`` (the docstrings' examples use it) reaches every kernel package."""
+    import workbench as wb
+    from workbench import kernels
+
+    assert sorted(kernels._PACKAGES) == sorted(p.parent.name for p in (PKG / "kernels").glob("*/__init__.py"))
+    assert wb.kernels.knn.knn_graph is wb.knn_graph
+    with pytest.raises(AttributeError, match="nope"):
+        wb.kernels.nope  # noqa: B018

@@ -44,6 +44,8 @@ __all__ = ["cluster", "distribute", "RowBlocks", "BlockGrid", "backend", "comms"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "kernels":   # wb.kernels.<kernel> in examples, without importing every kernel up front
+        return importlib.import_module("workbench.kernels")
     mod = _KERNELS.get(name)
     if mod is None:
         raise AttributeError(f"module 'workbench' has no attribute {name!r}")
