@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import dask.array as da
@@ -179,6 +180,43 @@ def test_s_axes_norm_and_dtypes(clients):
     # 1-D transforms have no slab schedule and run on one rank
     z = _data((31,), seed=9)
     validate_fft(wb.fftn(z, client=client), z, "fwd")
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+@pytest.mark.parametrize("n", [2, 9])
+def test_1d_real_transforms(clients, n_workers, n):
+    """1-D inputs run on one rank whose only stage transforms every axis: the r2c/c2r axis changes length
+    between input and output (a c2r stage used to be handed an output cut to the input's length)."""
+    client = clients(n_workers)
+    xr = _data((n,), seed=n, real=True)
+    R = np.fft.rfft(xr)
+    validate_fft(wb.rfftn(xr, client=client), xr, "r2c")
+    validate_fft(wb.rfftn(xr, s=(n + 3,), client=client), xr, "r2c", s=(n + 3,))
+    validate_fft(wb.irfftn(R, client=client), R, "c2r")
+    validate_fft(wb.irfftn(da.from_array(R, chunks=2), client=client), R, "c2r")
+    for m in (n - 1, n, n + 1):
+        validate_fft(wb.irfftn(R, s=(m,), client=client), R, "c2r", s=(m,))
+
+
+@pytest.mark.parametrize("n_workers", [3, 4])
+@pytest.mark.parametrize("shape, axes", [((3, 1, 4), None), ((3, 1, 5), None), ((1, 2, 3), None),
+                                          ((2, 3, 4), (0, 1, 2)), ((2, 1, 3, 4), (1, 2, 0, 3)), ((2, 4), (1, 0))])
+def test_real_transforms_with_empty_ranks(clients, n_workers, shape, axes):
+    """Fewer planes than workers and no pencil grid that fits: ranks with empty blocks still take part in
+    the transposes, and an r2c stage must send pieces of its output shape and dtype, not its input's, also
+    from a rank with no planes (2-D inputs split the r2c axis itself and never hit that; 3-D and 4-D do)."""
+    client = clients(n_workers)
+    xr = _data(shape, seed=sum(shape), real=True)
+    for x in (xr, da.from_array(xr, chunks=1)):
+        R = wb.rfftn(x, axes=axes, client=client)
+        validate_fft(R, xr, "r2c", axes=axes)
+        Rh = np.asarray(R)
+        validate_fft(wb.irfftn(R, axes=axes, client=client), Rh, "c2r", axes=axes)
+        s = tuple(shape[a] for a in (axes or range(len(shape))))
+        back = wb.irfftn(R, s=s, axes=axes, client=client)
+        np.testing.assert_allclose(np.asarray(back), xr, rtol=0, atol=1e-12 * np.abs(xr).max())
+    if n_workers == 4 and shape == (3, 1, 4):
+        assert any(math.prod(r["shape"]) == 0 for r in R.stats["per_rank"])   # the path this test is for
 
 
 def test_pencil_grid_argument(clients):

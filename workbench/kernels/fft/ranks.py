@@ -141,12 +141,14 @@ def _local_stage(a: Any, owned: bool, st: _Stage, plan: FFTPlan) -> tuple[Any, b
     out = a if inplace else empty(out_shape, _out_dtype(a, st, plan), like=a)
     src = a if owned or st.kind != "c2r" else a.copy()  # c2r may destroy its input
     batch = [ax for ax in range(a.ndim) if ax not in st.axes]
-    if batch:
-        cax = next((ax for ax in batch if a.shape[ax] > 1), batch[0])  # outermost: long contiguous runs
-        slice_bytes = a.nbytes // max(1, a.shape[cax])
-        n = _n_chunks(a.shape[cax], slice_bytes, False, False)
-    else:
-        cax, n = 0, 1
+    if not batch:
+        # every axis is transformed (a 1-D transform on one rank): nothing to chunk along, and slicing
+        # ``out`` like ``a`` would cut an r2c/c2r axis whose length the stage changes
+        _local_fft(src, out, st)
+        return out, True
+    cax = next((ax for ax in batch if a.shape[ax] > 1), batch[0])  # outermost: long contiguous runs
+    slice_bytes = a.nbytes // max(1, a.shape[cax])
+    n = _n_chunks(a.shape[cax], slice_bytes, False, False)
     offs = block_offsets(a.shape[cax], n)
     for c in range(n):
         sl = [slice(None)] * a.ndim
@@ -169,7 +171,9 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
     new_shape[xax] = int(x_offs[-1])
     new_shape[yax] = int(y_offs[me + 1] - y_offs[me])
     new = empty(tuple(new_shape), out_dt, like=a)
-    slice_bytes = math.prod(mid_shape) // max(1, mid_shape[xax]) * np.dtype(out_dt).itemsize
+    # from the extents across x only: receivers redo a sender's chunking with their own slice_bytes, and a
+    # rank holding none of x (more ranks than planes) must still agree with the others
+    slice_bytes = math.prod(n for ax, n in enumerate(mid_shape) if ax != xax) * np.dtype(out_dt).itemsize
     scale = plan.scale if scale_pending else 1.0
     xp = namespace(a)
     # device workers pack and place with the numba.cuda box copy (cuda.py); CPU workers slice with numpy
@@ -195,7 +199,9 @@ def _stage_and_transpose(sub: Any, a: Any, owned: bool, st: _Stage, plan: FFTPla
             sl = [slice(None)] * a.ndim
             sl[xax] = slice(lo, hi)
             part = src[tuple(sl)]
-            if st.kind and part.size:
+            if st.kind:
+                # also when part is empty (a rank with no planes): an r2c stage changes the length and dtype
+                # of the pieces, and the peers place them into blocks of the stage's output shape
                 cshape = list(mid_shape)
                 cshape[xax] = hi - lo
                 if buf is None or buf.shape != tuple(cshape):
