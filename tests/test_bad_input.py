@@ -321,3 +321,23 @@ def test_the_cluster_still_works_afterwards(clients, data):
     r = wb.bfs(data.G, 0, client=client)
     assert r.level[0] == 0 and wb.validate_bfs(data.A, r, 0).ok
     assert len(client.run(lambda: 1)) == N_WORKERS
+
+
+#: Client-side cases that compare an argument with the cluster's workers: they need one.
+_NEED_WORKERS = {"bfs-grid", "distribute-replicas>workers", "distribute-grid-too-large", "distribute-unknown-worker",
+                 "fftn-workers"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{k}-{c.id}") for k, cs in TABLE.items() if k != "cluster"
+                                  for c in cs if c.where == "client" and f"{k}-{c.id}" not in _NEED_WORKERS])
+def test_bad_input_is_named_without_a_client(clients, data, case, monkeypatch):
+    """The client-side checks come first: with no Dask client at all the error still names the argument
+    (not the missing client)."""
+    import distributed
+
+    def no_client():
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(distributed, "get_client", no_client)
+    with pytest.raises(case.exc, match=case.names):
+        case.call(None, data)

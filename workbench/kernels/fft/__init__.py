@@ -216,9 +216,10 @@ def distributed_random(shape: Sequence[int], client: Any = None, *, dtype: Any =
 # --------------------------------------------------------------------------
 
 
-def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: Any, grid: Any,
-              n_workers: int) -> tuple[Any, tuple[int, ...], tuple[int, ...] | None, np.dtype]:
-    """Check arguments (numpy's rules plus the grid); return the cropped/padded input, axes, s, out dtype."""
+def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: Any,
+              grid: Any) -> tuple[Any, tuple[int, ...], tuple[int, ...] | None, np.dtype]:
+    """Check arguments (numpy's rules plus the grid's form; its size against the workers comes later, with
+    the client); return the cropped/padded input, axes, s, out dtype."""
     import dask.array as da
 
     if norm not in _NORMS:
@@ -266,8 +267,6 @@ def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: An
         grid = tuple(int(g) for g in grid)
         if len(grid) not in (1, 2) or any(g < 1 for g in grid):
             raise ValueError(f"grid must be (p0,) or (p0, p1) with positive entries, got {grid}")
-        if math.prod(grid) != n_workers:
-            raise ValueError(f"grid {grid} needs {math.prod(grid)} workers, the cluster has {n_workers}")
         if decomposition == "slab" and len(grid) != 1 and grid[1] != 1:
             raise ValueError(f"decomposition='slab' needs a 1-D grid, got {grid}")
     # numpy's crop/zero-pad of the input; the c2r axis takes n//2+1 input points
@@ -313,6 +312,10 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
 
     if overlap is not None and not isinstance(overlap, bool | np.bool_):
         raise TypeError(f"overlap must be True, False or None (auto), got {overlap!r}")
+    rows = x if isinstance(x, RowBlocks | BlockGrid) else None
+    if rows is not None:
+        x = _rows_as_dask(rows)   # what wb.distribute(ndarray) returns: slabs along axis 0, used in place
+    x, axes, s, out_dtype = _validate(kind, x, s, axes, norm, decomposition, grid)
     client = default_client(client)
     if overlap is None:
         # Overlap needs a second engine to move the data: a GPU's copy engines do, while on CPU
@@ -325,10 +328,8 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
         if unknown or not workers or len(set(workers)) != len(workers):
             raise ValueError(f"workers must be distinct addresses of this cluster's workers, got {workers!r}")
         addrs = list(workers)
-    rows = x if isinstance(x, RowBlocks | BlockGrid) else None
-    if rows is not None:
-        x = _rows_as_dask(rows)   # what wb.distribute(ndarray) returns: slabs along axis 0, used in place
-    x, axes, s, out_dtype = _validate(kind, x, s, axes, norm, decomposition, grid, len(addrs))
+    if grid is not None and math.prod(grid) != len(addrs):
+        raise ValueError(f"grid {grid} needs {math.prod(grid)} workers, the cluster has {len(addrs)}")
     plan, native = _make_plan(kind, x, axes, s, norm, decomposition, grid, len(addrs), out_dtype, overlap)
     P = max(1, math.prod(plan.grid))
     t0 = time.perf_counter()
