@@ -81,6 +81,85 @@ def test_small_n_on_three_workers(clients, n):
     assert validate_tridiag(dl, d, du, b, np.asarray(x)) < 1e-14
 
 
+def _dask_layouts(arrays, batched, chunk):
+    """``(axis, arrays, to_gtsv)``: the gtsv-form host ``arrays`` as dask arrays chunked ``chunk`` entries along
+    the line and one system along the batch, in the gtsv layout and (batched) the line-major one (axis=0);
+    ``to_gtsv`` takes an answer back to the gtsv layout."""
+    import dask.array as da
+
+    def chunked(a, lax):
+        return da.from_array(a, chunks=tuple(chunk if i == lax else 1 if batched and i == 1 - lax else -1
+                                             for i in range(a.ndim)))
+
+    yield -1, [chunked(a, int(batched)) for a in arrays], lambda x: x
+    if batched:
+        yield 0, [chunked(np.ascontiguousarray(np.moveaxis(a, 0, 1)), 0) for a in arrays], \
+            lambda x: np.moveaxis(x, 0, 1)
+
+
+@pytest.mark.parametrize("n_workers", [1, 4])
+def test_short_dask_lines_leave_ranks_without_rows(clients, n_workers):
+    # lines shorter than the workers' shares: some ranks get no rows, a one-row rank no entry of dl, and
+    # n = 1 no dl at all; each solved as the host arrays are (bit for bit) and as scipy solves them
+    client = clients(n_workers)
+    for n in (1, 2, 5):
+        for batch, nrhs in ((None, None), (3, 2)):
+            dl, d, du, b = _system("dominant", n, batch, nrhs, seed=n)
+            host = np.asarray(wb.tridiag_solve(dl, d, du, b, client=client))
+            _close(host, _oracle(dl, d, du, b))
+            for chunk in (1, n):
+                for axis, arrays, to_gtsv in _dask_layouts((dl, d, du, b), batch is not None, chunk):
+                    x = to_gtsv(np.asarray(wb.tridiag_solve(*arrays, axis=axis, client=client)))
+                    assert np.array_equal(x, host), (n, batch, nrhs, chunk, axis)
+
+
+@pytest.mark.parametrize("n_workers", [1, 4])
+def test_compact_derivative_of_short_dask_lines(clients, n_workers):
+    client = clients(n_workers)
+    rng = np.random.default_rng(n_workers)
+    for n in (5, 7):
+        for periodic in (True, False):
+            for batch in (None, 3):
+                f = rng.standard_normal((n,) if batch is None else (batch, n))
+                host = np.asarray(wb.compact_derivative(f, 0.1, periodic=periodic, client=client))
+                for chunk in (2,):
+                    for axis, (fd,), to_gtsv in _dask_layouts((f,), batch is not None, chunk):
+                        y = wb.compact_derivative(fd, 0.1, axis=axis, periodic=periodic, client=client)
+                        assert np.array_equal(to_gtsv(np.asarray(y)), host), (n, periodic, batch, chunk, axis)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_empty_batch_gives_an_empty_answer(clients, axis):
+    import dask.array as da
+
+    client = clients(2)
+    dl, d, du, b = _system("dominant", 5, 0, None)
+    _, _, _, b2 = _system("dominant", 5, 0, 2)
+    f = np.zeros((0, 10))
+    if axis == 0:
+        dl, d, du, b, b2, f = (np.moveaxis(a, 0, 1) for a in (dl, d, du, b, b2, f))
+    for kind in (np.asarray, da.from_array):
+        for rhs in (b, b2):
+            x = wb.tridiag_solve(*(kind(a) for a in (dl, d, du, rhs)), axis=axis, client=client)
+            assert np.asarray(x).shape == rhs.shape and x.dtype == np.float64 and x.stats["seconds"] == 0.0
+        y = wb.compact_derivative(kind(f), 0.1, axis=axis, client=client)
+        assert np.asarray(y).shape == f.shape
+
+
+def test_compact_derivative_names_its_bad_arguments(clients):
+    import dask.array as da
+
+    client = clients(2)
+    for h in (True, np.True_):
+        with pytest.raises(ValueError, match="h must"):
+            wb.compact_derivative(np.ones(16), h, client=client)
+    f = np.sin(np.arange(64.0))
+    f[40] = np.nan
+    for kind in (np.asarray, lambda a: da.from_array(a, chunks=20)):      # the host check, then the workers'
+        with pytest.raises(ValueError, match="^f has non-finite"):
+            np.asarray(wb.compact_derivative(kind(f), 0.1, client=client))
+
+
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
 def test_periodic_against_dense(clients, n_workers):
     client = clients(n_workers)

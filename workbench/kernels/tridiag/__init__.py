@@ -169,7 +169,7 @@ import numpy as np
 
 from ... import comms
 from ...backend import to_host
-from ...cluster import default_client, worker_addresses
+from ...cluster import backend_of, default_client, worker_addresses
 from ...partition import (
     RowBlocks,
     TaskLineage,
@@ -299,7 +299,8 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
         ``x`` shaped like ``b`` (line-major for RowBlocks input), float64, its
         blocks left on the workers.  For array input each chunk is a rank's
         own result, as in a persisted array: ``client.persist(x)`` or
-        ``x.compute()`` runs no further task.  ``x.stats["split"]`` says how the work was
+        ``x.compute()`` runs no further task (a batch of zero systems gives an empty ``x`` and
+        runs nothing).  ``x.stats["split"]`` says how the work was
         cut: ``"line"`` (each worker a run of every system's rows) or
         ``"batch"`` (each worker whole systems, ``systems_per_worker``).  ``x.stats`` holds ``backend`` (the
         workers' path: ``"cpu"``, ``"gpu"`` or ``"gpu-sim"``), ``engine``, ``seconds``,
@@ -890,22 +891,28 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
                     # beside its input), so only they travel to the rank
                     piece = dask.delayed(_cols, pure=True)(blocks[c], lax, o0 - b0, o1 - b0)
                     pieces.append((o0 - sh - lo, piece, None, o1 - o0, (blocks[c].key, o0 - b0, o1 - b0)))
+            if not pieces:
+                # no column of this input in the rank's rows (a rank without rows on a short line, gtsv's
+                # sub-diagonal of a one-row share or of n = 1): an empty block, as the host path sends
+                shape = tuple(0 if i == lax else int(s) for i, s in enumerate(a.shape))
+                pieces.append((c_lo - sh - lo, np.empty(shape), None, 0))
             per_rank.append(pieces)
         whole = {p[2]: (r, i) for r in range(P) for i, p in enumerate(per_rank[r]) if p[2] is not None}
         for r in range(P):
             for i, p in enumerate(per_rank[r]):
-                if p[2] is None and p[4][0] in whole and whole[p[4][0]][0] != r:
+                if len(p) == 5 and p[4][0] in whole and whole[p[4][0]][0] != r:   # a cut (see above)
                     per_rank[r][i] = (p[0], Borrow(*whole[p[4][0]], *p[4][1:]), None, p[3])
         plans.append(per_rank)
     want = [[(p[2], p[3]) for k in range(len(arrays)) for p in plans[k][r] if p[2] is not None] for r in range(P)]
     ws = _rank_workers(client, want, addrs)
     # a whole chunk runs (if it is not in memory) only on its rank's worker, a cut beside its chunk; a cut
-    # of a chunk that another rank takes whole is lent by that rank inside the group (no task to wait for)
+    # of a chunk that another rank takes whole is lent by that rank inside the group (no task to wait for), an
+    # empty block goes as it is
     where = [(k, r, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[k][r]))
-             if not isinstance(plans[k][r][i][1], Borrow)]
+             if not isinstance(plans[k][r][i][1], Borrow | np.ndarray)]
     futs = dict(zip(where, compute_all(client, [(plans[k][r][i][1], None if plans[k][r][i][2] is None else [ws[r]])
                                                 for k, r, i in where]), strict=True))
-    out = [tuple([(p[0], p[1] if isinstance(p[1], Borrow) else futs[k, r, i]) for i, p in enumerate(plans[k][r])]
+    out = [tuple([(p[0], futs[k, r, i] if (k, r, i) in futs else p[1]) for i, p in enumerate(plans[k][r])]
                  for k in range(len(arrays))) for r in range(P)]
     return out, offs, ws, None
 
@@ -914,6 +921,8 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     import dask
     import dask.array as da
 
+    if spec.batched and spec.V == 0:
+        return _no_systems(spec, client)
     t0 = time.perf_counter()
     parts, offs, addrs, boffs = _place(spec, client)
     P = len(addrs)
@@ -1005,6 +1014,18 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "split": split,
         "systems_per_worker": None if boffs is None else [int(v) for v in np.diff(boffs)],
     }
+    return X
+
+
+def _no_systems(spec: _Spec, client: Any) -> Any:
+    """The answer to a batch of zero systems: an empty array shaped like ``b`` (numpy's and scipy's
+    convention for empty batches); nothing goes to the workers."""
+    import dask.array as da
+
+    X = da.zeros(tuple(int(s) for s in spec.b.shape), dtype=np.float64)
+    X.stats = {"backend": backend_of(client), "seconds": 0.0, "kernel_seconds": 0.0, "bandwidth_gbps": 0.0,
+               "kernel_bandwidth_gbps": 0.0, "bytes_moved": 0, "workers": 0, "path": None, "split": None,
+               "systems_per_worker": None}
     return X
 
 

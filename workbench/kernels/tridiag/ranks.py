@@ -319,7 +319,8 @@ def _to_line_major(a: Any, r0: int, fill: Any, m: int, cfg: dict, rhs: bool) -> 
     else:
         out = empty((m,) + t.shape[1:], like=a)
         i0, i1 = max(r0, 0), min(r0 + w, m)
-        out[:max(i0, 0)] = 0.0 if fill is None else fill.reshape((1,) + out.shape[1:2] + (1,) * (out.ndim - 2))
+        # fill: the row before the block, over the systems (and the right-hand sides: a b chunked by single rows)
+        out[:max(i0, 0)] = 0.0 if fill is None else fill.reshape((1,) + out.shape[1:])
         out[i0:i1] = t[i0 - r0:i1 - r0]
         out[i1:] = 0.0
     if not rhs:
@@ -372,7 +373,7 @@ def _solve_local(comm: Any, dl: Any, d: Any, du: Any, b: Any, lo: int, starts: n
     RA, RC, RD = xp.zeros((M, V)), xp.zeros((M, V)), xp.zeros((M, R, V))
     if m:
         chk = _reduce(dl, d, du, b, starts, lens, rows0, RA, RC, RD, local)
-        _raise_if_bad(chk, (dl, d, du, b), lo, starts, lens)
+        _raise_if_bad(chk, (dl, d, du, b), lo, starts, lens, cfg)
     phases["reduce"] = time.perf_counter() - t
     t = time.perf_counter()
     tau = _far_coupling(RA, RC, rows0, lens)
@@ -530,15 +531,20 @@ def _fused_halo(dl: Any, d: Any, du: Any, rows: int, local: str) -> int | None:
     return next((h for h in _FUSED_HALOS if h >= need), None)
 
 
-def _raise_if_bad(chk: Any, arrays: tuple, lo: int, starts: np.ndarray, lens: np.ndarray) -> None:
+def _raise_if_bad(chk: Any, arrays: tuple, lo: int, starts: np.ndarray, lens: np.ndarray, cfg: dict) -> None:
     chk = to_host(chk)
     if np.isfinite(chk).all():
         return
     s = int(np.flatnonzero(~np.isfinite(chk))[0])
     a, z = int(starts[s]), int(starts[s] + lens[s])
+    # the compact scheme's right-hand side is built from the caller's f (its matrix is finite by construction):
+    # name what the caller passed, a stencil's reach (two rows) around the rows where it shows
+    where = {"b": ("f", "near rows", 2)} if cfg["mode"] == "compact" else {}
     for nm, arr in zip(("dl", "d", "du", "b"), arrays, strict=True):
         if not bool(namespace(arr).isfinite(arr[a:z]).all()):
-            raise ValueError(f"{nm} has non-finite entries (NaN or inf) in rows {lo + a}..{lo + z - 1}")
+            name, rows, reach = where.get(nm, (nm, "in rows", 0))
+            raise ValueError(f"{name} has non-finite entries (NaN or inf) {rows} {max(lo + a - reach, 0)}.."
+                             f"{min(lo + z - 1 + reach, cfg['n'] - 1)}")
     raise np.linalg.LinAlgError(
         f"zero pivot in the elimination of rows {lo + a}..{lo + z - 1}: the system is singular or needs "
         "pivoting (tridiag_solve does not pivot; diagonally dominant or SPD systems never need it)")

@@ -206,7 +206,9 @@ def _validate_compact(f: Any, h: Any, order: Any, periodic: Any, reduced: Any, e
     _check_options(periodic, reduced, engine)
     if order != 1:
         raise ValueError(f"order must be 1 (the first derivative), got {order!r}")
-    if not isinstance(h, int | float | np.integer | np.floating) or not (math.isfinite(h) and h > 0):
+    # a bool is an int to isinstance, but h=True is a slip, not a spacing of 1
+    if isinstance(h, bool | np.bool_) or not isinstance(h, int | float | np.integer | np.floating) \
+            or not (math.isfinite(h) and h > 0):
         raise ValueError(f"h must be a positive finite number, got {h!r}")
     kind = _kind(f)
     f = _as_float("f", f, kind)
