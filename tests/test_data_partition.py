@@ -313,6 +313,14 @@ def test_check_symmetric_once_per_container(clients, n_workers, monkeypatch):
     assert check_symmetric(R, client) is False
     fwd, bwd, nnz = pattern_hashes(A, 0)
     assert fwd == bwd and nnz == A.nnz
+    # host blocks take one compiled pass, unsorted ones numpy's: the same sums
+    rev = A.copy()
+    for i in range(A.shape[0]):
+        lo, hi = A.indptr[i], A.indptr[i + 1]
+        rev.indices[lo:hi], rev.data[lo:hi] = A.indices[lo:hi][::-1], A.data[lo:hi][::-1]
+    rev.has_sorted_indices = False
+    assert pattern_hashes(rev, 0) == (fwd, bwd, nnz)
+    assert pattern_hashes(A[5:], 5) == pattern_hashes(rev[5:], 5)
 
 
 @pytest.mark.parametrize("n_workers", [1, 3])

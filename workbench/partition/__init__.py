@@ -954,9 +954,9 @@ def splitmix64(z: Any) -> Any:
 
 
 def _edge_hash(xp: Any, rows: Any, cols: Any) -> Any:
-    """A different 64-bit word per ordered pair (row, col)."""
+    """A different 64-bit word per ordered pair (row, col) of ids below 2**32: splitmix64(row * 2**32 + col)."""
     with np.errstate(over="ignore"):
-        return splitmix64(splitmix64(rows.astype(xp.uint64)) + cols.astype(xp.uint64))
+        return splitmix64((rows.astype(xp.uint64) << xp.uint64(32)) + cols.astype(xp.uint64))
 
 
 def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]:
@@ -967,6 +967,12 @@ def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]
     from ..backend import namespace
 
     xp = namespace(block.indptr)
+    if xp is np:
+        from ._pattern import pattern_sums
+
+        fwd, bwd, count, ordered = pattern_sums(block.indptr, block.indices, block.data, int(row0), int(col0))
+        if ordered:
+            return int(fwd), int(bwd), int(count)
     rows = xp.searchsorted(block.indptr, xp.arange(block.indptr[-1]), side="right") - 1
     cols = block.indices.astype(xp.int64)
     edge = block.data != 0
