@@ -160,6 +160,20 @@ def test_spgemm_matches_scipy(clients, n_workers):
     assert stats["backend"] == "cpu" and stats["nnz"] == ref.nnz
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, bool, np.int32])
+def test_integer_and_bool_products_are_float64_counts(clients, dtype):
+    """As the result's dtype says: float64 sums, not uint8 wrapping around or bool ORs."""
+    client = clients(2)
+    A = sp.csr_matrix(np.where(_matrix(m=20, n=20, seed=2).toarray() != 0, 200, 0).astype(dtype))
+    ref = A.astype(np.float64) @ A.astype(np.float64)
+    C = wb.spgemm(A, A, client=client)
+    got = C.to_scipy(client)
+    assert C.dtype == np.float64 and got.dtype == np.float64
+    np.testing.assert_array_equal(got.toarray(), ref.toarray())
+    B = np.full((20, 3), 200, dtype=dtype)
+    np.testing.assert_array_equal(np.asarray(wb.spmm(A, B, client=client)), A.astype(np.float64) @ B.astype(np.float64))
+
+
 def test_return_stats_is_a_deprecated_alias(clients):
     client = clients(2)
     A = _matrix()

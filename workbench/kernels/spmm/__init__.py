@@ -77,6 +77,7 @@ from .ranks import (
     _split_tiles_xp,  # noqa: F401
     _spmm_rank,
     _warm_kernels,
+    result_dtype,
 )
 
 __all__ = ["spmm", "spgemm", "validate_spmm", "SparseResult", "ALGORITHMS", "traffic_bytes"]
@@ -361,9 +362,7 @@ def _validate_spmm(A: Any, B: Any, algorithm: str, grid: tuple[int, int] | None)
         _check_finite_host("A", A)
     if host_b:
         _check_finite_host("B", B)
-    dtype = np.result_type(A.dtype, B.dtype)
-    if dtype.kind != "f":
-        dtype = np.dtype(np.float64)
+    dtype = result_dtype(A.dtype, B.dtype)
     algo = "stationary-c" if algorithm == "auto" else algorithm
     # distributed inputs are checked for NaN/inf on the workers, inside the group
     return {"algorithm": algo, "grid": grid, "dtype": dtype,
@@ -390,8 +389,7 @@ def _validate_spgemm(A: Any, B: Any) -> dict:
     for name, x, h in (("A", A, host[0]), ("B", B, host[1])):
         if h:
             _check_finite_host(name, x)
-    dtype = np.result_type(A.dtype, B.dtype)
-    return {"dtype": dtype if dtype.kind == "f" else np.dtype(np.float64),
+    return {"dtype": result_dtype(A.dtype, B.dtype),
             "check_finite": (not host[0] and _needs_finite_check(A), not host[1] and _needs_finite_check(B))}
 
 

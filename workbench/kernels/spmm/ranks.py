@@ -244,8 +244,7 @@ def _spmm_rank(comm: Any, rank_arg: tuple, lay: _Layout, algorithm: str, check_f
         raise ValueError(f"{' and '.join(sorted(set(bad)))} contains NaN or infinite values")
     i, j = lay.c_tile(comm.rank)
     shape = (int(lay.roffs[i + 1] - lay.roffs[i]), int(lay.joffs[j + 1] - lay.joffs[j]))
-    dtype = np.result_type(*[dt for _, dts in got for dt in dts])
-    dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
+    dtype = result_dtype(*[dt for _, dts in got for dt in dts])
     like = next(iter(b_in.values()), None)
     xp = namespace(like) if like is not None else np
     counters = {"units": 0, "steals": 0}
@@ -435,7 +434,7 @@ def _spgemm_rank(comm: Any, rank_arg: tuple, lay: _Layout, check_finite: tuple) 
     store = _TileStore(lay, comm.rank, {(comm.rank, -1): a_blk}, {(comm.rank, 0): b_blk}, clock)
     svc = _Service(comm, store)
     sps = sparse_namespace(a_blk)
-    dtype = np.result_type(a_blk.dtype, b_blk.dtype)
+    dtype = result_dtype(a_blk.dtype, b_blk.dtype)
     i = comm.rank
     L = lay.nL
     order = [(i + s) % L for s in range(L)]
@@ -470,6 +469,14 @@ def _spgemm_rank(comm: Any, rank_arg: tuple, lay: _Layout, check_finite: tuple) 
 # --------------------------------------------------------------------------
 # Worker-local kernels
 # --------------------------------------------------------------------------
+
+
+def result_dtype(*dtypes: Any) -> np.dtype:
+    """The product's dtype: the inputs' floating type, float64 for integer and bool inputs (counts, not
+    wrapped-around integers or ORs)."""
+    dtype = np.result_type(*dtypes)
+    return dtype if dtype.kind == "f" else np.dtype(np.float64)
+
 
 
 def _take_rows(tile: Any, rows: Any) -> Any:
