@@ -342,3 +342,28 @@ def test_check_symmetric_reads_pairs_as_the_kernels_do(clients, n_workers):
         assert check_symmetric(distribute(A, client=client), client) is want
         if n_workers > 1:
             assert check_symmetric(distribute(A, client=client, partition="2d"), client) is want
+
+
+def test_blocks_doubled_up_by_a_repair_spread_again(clients, monkeypatch):
+    """A repair that found no replacement puts a lost block beside another (``meta["doubled"]``): a kernel
+    that takes one block per worker says so as a lost worker, not as the caller's ValueError, and once a
+    free worker is there the next call moves the block to it (nothing recomputed) and runs."""
+    import workbench.partition as partition
+    from workbench.comms import WorkerLostError
+    from workbench.partition import distribute, spread
+
+    client = clients(3)
+    w = sorted(client.scheduler_info()["workers"])
+    A = wb.data.rmat(8, seed=3)
+    G = distribute(A, client=client, workers=w[:2], n_parts=3)      # the placement a repair leaves
+    G.meta["doubled"] = True
+    with monkeypatch.context() as m:
+        m.setattr(partition, "spread", lambda c, client=None: [])    # no free worker yet
+        with pytest.raises(WorkerLostError, match="one per worker"):
+            wb.bfs(G, 0, client=client)
+    key = G.parts[2].key
+    r = wb.bfs(G, 0, client=client)
+    assert sorted(G.workers) == w and "doubled" not in G.meta and G.parts[2].key == key
+    assert client.who_has([G.parts[2]])[key] == (G.workers[2],)
+    assert wb.validate_bfs(A, r).ok
+    assert spread(G, client) == []

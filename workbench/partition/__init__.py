@@ -75,6 +75,7 @@ __all__ = [
     "WorkerLostWarning",
     "WorkerMemoryError",
     "repair",
+    "spread",
     "resilient",
     "lost_parts",
     "await_workers",
@@ -655,11 +656,44 @@ def repair(container: RowBlocks | BlockGrid, client: Any = None, *, wait: float 
                                     f"limit of {_fmt(limits[w])}); add a worker")
     new = container.lineage.rebuild(client, lost, targets, [container.parts[i] for i in lost])
     for i, f, w in zip(lost, new, targets, strict=True):
+        if w in container.workers:
+            container.meta["doubled"] = True   # see spread()
         container._set_part(i, f, w)
     for k in [k for k in container.meta if k.startswith("_")]:
         del container.meta[k]  # kernels' caches hold futures derived from the lost partitions
     container.meta["repaired"] = container.meta.get("repaired", 0) + len(lost)
     return lost
+
+
+def spread(container: RowBlocks | BlockGrid, client: Any = None) -> list[int]:
+    """Move partitions that a :func:`repair` put on workers already holding one of the container's (no
+    replacement had come yet) onto live workers the container does not use, once there are some: kernels
+    that take one partition per worker can use it again.  Returns the partitions moved.
+
+    Examples
+    --------
+    >>> repair(G, client, wait=0); G.workers                   # doctest: +SKIP
+    ['tcp://a', 'tcp://b', 'tcp://a']
+    >>> spread(G, client); G.workers                           # doctest: +SKIP
+    [2]
+    ['tcp://a', 'tcp://b', 'tcp://c']
+    """
+    if not container.meta.get("doubled"):
+        return []
+    client = default_client(client)
+    seen: set[str] = set()
+    doubled = [i for i, w in enumerate(container.workers) if w in seen or seen.add(w)]
+    free = [a for a in worker_addresses(client) if a not in seen]
+    moves = list(zip(doubled, free, strict=False))   # as many as there are free workers
+    if moves:
+        move_keys(client, {w: [container.parts[i].key] for i, w in moves})
+        for i, w in moves:
+            container._set_part(i, container.parts[i], w)
+        for k in [k for k in container.meta if k.startswith("_")]:
+            del container.meta[k]  # kernels' caches hold the old placement
+    if len(moves) == len(doubled):
+        del container.meta["doubled"]
+    return [i for i, _ in moves]
 
 
 # ---- the kernels' entry: rerun a call that lost a worker ---------------------
@@ -744,10 +778,17 @@ def resilient(fn: Callable) -> Callable:
                 for c in containers:
                     if lost_parts(c):
                         repair(c, client)
+                    spread(c, client)
                 try:
                     out = fn(*bound.args, **bound.kwargs)
                 except Exception as e:
                     why = _lost_reason(e, client, containers, cached)
+                    if why is None and isinstance(e, ValueError) and any(c.meta.get("doubled") for c in containers):
+                        raise WorkerLostError(
+                            f"{fn.__name__}: partitions lost with a worker were rebuilt on workers that hold one "
+                            f"already (no replacement came within {REPLACE_WAIT:g} s), and this call needs one "
+                            f"per worker ({e}); call again once the nanny's replacement has joined, or add a "
+                            "worker") from e
                     if why is None:
                         raise
                     history.append(why)

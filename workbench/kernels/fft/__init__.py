@@ -67,6 +67,7 @@ _DECOMPOSITIONS = ("auto", "slab", "pencil")
 _EMBED_BYTES = 1 << 20
 
 
+@resilient
 def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None, *,
          decomposition: str = "auto", grid: tuple[int, ...] | None = None, overlap: bool | None = None,
          workers: Sequence[str] | None = None, client: Any = None) -> Any:
@@ -128,6 +129,7 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
     return _transform("fwd", x, s, axes, norm, decomposition, grid, overlap, workers, client)
 
 
+@resilient
 def ifftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None, *,
           decomposition: str = "auto", grid: tuple[int, ...] | None = None, overlap: bool | None = None,
           workers: Sequence[str] | None = None, client: Any = None) -> Any:
@@ -135,6 +137,7 @@ def ifftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = N
     return _transform("bwd", x, s, axes, norm, decomposition, grid, overlap, workers, client)
 
 
+@resilient
 def rfftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None, *,
           decomposition: str = "auto", grid: tuple[int, ...] | None = None, overlap: bool | None = None,
           workers: Sequence[str] | None = None, client: Any = None) -> Any:
@@ -145,6 +148,7 @@ def rfftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = N
     return _transform("r2c", x, s, axes, norm, decomposition, grid, overlap, workers, client)
 
 
+@resilient
 def irfftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None, *,
            decomposition: str = "auto", grid: tuple[int, ...] | None = None, overlap: bool | None = None,
            workers: Sequence[str] | None = None, client: Any = None) -> Any:
@@ -305,7 +309,6 @@ def _crop_pad(x: Any, want: tuple[int, ...]) -> Any:
 # --------------------------------------------------------------------------
 
 
-@resilient
 def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: str, grid: Any,
                overlap: bool | None, workers: Any, client: Any) -> Any:
     import dask.array as da
