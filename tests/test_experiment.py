@@ -44,6 +44,14 @@ def test_config_errors(tmp_repo):
     with pytest.raises(experiment.ExperimentError, match="no profile 'gpu'"):
         experiment.run("toy", "gpu", root=tmp_repo)
     assert experiment.list_experiments(tmp_repo) == ["toy"]
+    # a broken config is one clear error before anything runs (the good experiment named first included)
+    bad = {"yaml": "notebook: [notebooks/toy.ipynb\n", "profiles": "notebook: notebooks/toy.ipynb\nprofiles:\n"
+           "  ci: [1, 2]\n", "budget": "notebook: notebooks/toy.ipynb\nprofiles:\n  ci: {max_minutes: -3}\n"}
+    for name, text in bad.items():
+        (tmp_repo / "experiments" / f"bad_{name}.yaml").write_text(text)
+        with pytest.raises(experiment.ExperimentError, match=f"bad_{name}.yaml.*(YAML|profiles|max_minutes)"):
+            experiment.run_many(["toy", f"bad_{name}"], "ci", root=tmp_repo, results_dir=tmp_repo / "results")
+    assert not (tmp_repo / "results").exists()
 
 
 def test_good_run_then_failing_run_leaves_it_untouched(tmp_repo):

@@ -19,13 +19,19 @@ from typing import Any
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .experiment import list_experiments, load_config
+    from .experiment import ExperimentError, list_experiments, load_config
 
+    broken = 0
     for name in list_experiments():
-        cfg = load_config(name)
+        try:
+            cfg = load_config(name)
+        except ExperimentError as e:   # the others still list
+            broken += 1
+            print(f"workbench: {e}", file=sys.stderr)
+            continue
         print(f"{name:14s} {cfg['notebook']:32s} profiles: {', '.join(cfg['profiles'])}  "
               f"{cfg.get('description', '')}")
-    return 0
+    return 2 if broken else 0
 
 
 def _last_seconds(results: Path, name: str, profile: str) -> float | None:
@@ -81,6 +87,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .experiment import ExperimentError, ExperimentFailed, list_experiments, repo_root, run_many
 
     results = Path(args.results) if args.results else repo_root() / "results"
+    if results.exists() and not results.is_dir():
+        print(f"workbench: --results {results} is a file, not a directory", file=sys.stderr)
+        return 2
     names = list_experiments() if args.names in (["all"], "all") else list(args.names)
     if not args.build_only:
         _print_estimate(names, args.profile, results)

@@ -108,8 +108,11 @@ def load_config(name: str, root: Path | None = None) -> dict:
     if not path.is_file():
         known = ", ".join(list_experiments(root)) or "none"
         raise ExperimentError(f"no experiment {name!r} (looked for {path}); known: {known}")
-    with open(path) as f:
-        cfg = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            cfg = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise ExperimentError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from e
     if not isinstance(cfg, dict) or "notebook" not in cfg:
         raise ExperimentError(f"{path}: needs a 'notebook:' key")
     nb = Path(cfg["notebook"])
@@ -117,8 +120,10 @@ def load_config(name: str, root: Path | None = None) -> dict:
     if not nb.is_file():
         raise ExperimentError(f"{path}: notebook {cfg['notebook']!r} does not exist")
     profiles = cfg.get("profiles") or {}
-    if not isinstance(profiles, dict):
+    if not isinstance(profiles, dict) or not all(isinstance(v, dict | None) for v in profiles.values()):
         raise ExperimentError(f"{path}: 'profiles' must map profile names to parameter dicts")
+    for k, v in profiles.items():   # the budgets too, so a run of several stops before the first starts
+        _budgets(dict(v or {}), None, None, f"{path} ({k})")
     cfg["notebook_path"] = nb
     cfg["name"] = path.stem
     cfg["config_path"] = path
