@@ -189,6 +189,11 @@ def test_bad_input(tmp_path, clients):
     out.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 1 2.0\n")
     with pytest.raises(ValueError, match="outside"):
         wb.data.load_mtx(out, client=client)
+    for declared, lines in ((4, "1 1 1.0\n2 2 2.0\n"), (1, "1 1 1.0\n2 2 2.0\n3 3 3.0\n")):
+        odd = tmp_path / f"count{declared}.mtx"
+        odd.write_text(f"%%MatrixMarket matrix coordinate real general\n3 3 {declared}\n{lines}")
+        with pytest.raises(ValueError, match=f"declares {declared} entries"):
+            wb.data.load_mtx(odd, client=client)
     neg = tmp_path / "neg.txt"
     neg.write_text("0 1\n-1 2\n")
     with pytest.raises(ValueError, match="negative"):

@@ -332,13 +332,15 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
     client, addrs = _addresses(client, workers)
     offsets = block_offsets(header["shape"][0], len(addrs))
     parts, infos = _read_distributed(_mtx_rank, (path, header, symmetrize, offsets), client, addrs, "mtx")
+    read = sum(i["entries_read"] for i in infos)
+    if read != header["nnz"]:   # a truncated or overlong file (scipy's reader refuses both too)
+        raise ValueError(f"{path}: the size line declares {header['nnz']} entries, the file holds {read}")
     dtype = np.dtype(np.float64) if symmetrize else _mtx_dtype(header["field"])
     symmetric = True if symmetrize or header["symmetry"] == "symmetric" else None
     return RowBlocks(parts, offsets, tuple(header["shape"]), dtype, addrs, kind="csr",
                      nnz=sum(i["nnz"] for i in infos), symmetric=symmetric,
                      meta={"loader": "mtx", "path": os.path.abspath(path), "symmetrize": symmetrize,
-                           "entries_read": sum(i["entries_read"] for i in infos),
-                           "bytes_moved": sum(i["bytes_sent"] for i in infos)})
+                           "entries_read": read, "bytes_moved": sum(i["bytes_sent"] for i in infos)})
 
 
 def load_edgelist(path: str | os.PathLike, *, n: int | None = None, symmetrize: bool = True, comments: str = "#",
