@@ -277,6 +277,7 @@ DISTRIBUTE = [
          r"\bgrid\b"),
     Case("grid-sparse", lambda c, d: wb.distribute(d.A, partition="2d", grid=(2, 0), client=c), ValueError,
          r"\bgrid\b"),
+    Case("unknown-keyword", lambda c, d: wb.distribute(d.X, client=c, foo=1), TypeError, r"distribute\(\).*\bfoo\b"),
     Case("unknown-worker", lambda c, d: wb.distribute(d.X, workers=["tcp://10.255.255.1:1"], client=c),
          ValueError, r"\bworkers\b"),
 ]
@@ -286,6 +287,12 @@ CLUSTER = [
     Case("n_workers=0", lambda c, d: wb.cluster("cpu", n_workers=0), ValueError, r"\bn_workers\b"),
     Case("n_workers-str", lambda c, d: wb.cluster("cpu", n_workers="2"), (TypeError, ValueError), r"\bn_workers\b"),
     Case("threads=0", lambda c, d: wb.cluster("cpu", threads_per_worker=0), ValueError, r"\bthreads_per_worker\b"),
+    # distributed waits for a missing scheduler file with no timeout
+    Case("scheduler_file-missing", lambda c, d: wb.cluster(scheduler_file="/nonexistent/scheduler.json"),
+         FileNotFoundError, r"\bscheduler_file\b"),
+    # threads of this process would run the CPU kernels while the client reads "gpu-sim"
+    Case("gpu-sim-threads", lambda c, d: wb.cluster("gpu-sim", n_workers=1, processes=False).start(), ValueError,
+         r"\bprocesses\b"),
 ]
 
 TABLE = {"bfs": BFS, "color": COLOR, "knn_graph": KNN, "ripley_k": RIPLEY, "spmm": SPMM,

@@ -39,8 +39,12 @@ def test_probes_on_a_cluster(client):
     assert s["aggregate_gbps"] == pytest.approx(sorted(s["iteration_gbps"])[1])
     # an iteration lasts until its slowest worker is done: never more than the sum of the workers' own rates
     assert s["aggregate_gbps"] <= sum(s["per_worker_gbps"]) * (1 + 1e-12)
-    with pytest.raises(ValueError, match="repeat"):
-        bench.stream_triad(client, n=1 << 10, repeat=0)
+    bad = [(bench.stream_triad, {"repeat": 0}, "repeat"), (bench.stream_triad, {"n": 0}, "n"),
+           (bench.stream_triad, {"n": 10.5}, "n"), (bench.scheduler_roundtrip, {"repeat": 0}, "repeat"),
+           (bench.comms_pingpong, {"repeat": 0}, "repeat"), (bench.comms_pingpong, {"sizes": (0, 8)}, "sizes")]
+    for probe, kw, name in bad:
+        with pytest.raises(ValueError, match=rf"^{name} must"):   # on the client, before anything runs
+            probe(client, **kw)
     rt = bench.scheduler_roundtrip(client, repeat=3)
     assert rt["median_s"] > 0
     pp = bench.comms_pingpong(client, sizes=[8, 1 << 16], repeat=2)

@@ -160,8 +160,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     root = repo_root()
     mods = _bench_modules(root, args.names)
-    if not mods:
-        print("workbench: no benchmarks/bench_*.py matched", file=sys.stderr)
+    unknown = sorted(set(args.names) - {key for key, _ in mods})
+    if not mods or unknown:
+        known = ", ".join(p.stem.removeprefix("bench_") for p in sorted((root / "benchmarks").glob("bench_*.py")))
+        print(f"workbench: no benchmark {', '.join(unknown) or 'matched'} (known: {known})", file=sys.stderr)
         return 2
     rows, errors = [], []
     with cluster(backend=args.backend, n_workers=args.workers) as client:
@@ -200,6 +202,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: a count of 1 or more (argparse prints the usage line and this message)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text!r}")
+    return v
+
+
 def main(argv: list[str] | None = None) -> int:
     from .experiment import PROFILES
 
@@ -222,10 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("bench", help="run benchmarks/bench_*.py and print ratio tables")
     sp.add_argument("names", nargs="*", help="benchmark names (default: all)")
     sp.add_argument("--profile", default="laptop", choices=["ci", "laptop", "gpu"])
-    sp.add_argument("--workers", type=int, default=2)
+    sp.add_argument("--workers", type=_positive_int, default=2)
     sp.add_argument("--backend", default="cpu", choices=["cpu", "gpu", "auto"])
     sp.add_argument("--results", default=None)
-    sp.add_argument("--rounds", type=int, default=1, help="run the suite this many times; report each ratio's spread")
+    sp.add_argument("--rounds", type=_positive_int, default=1,
+                    help="run the suite this many times; report each ratio's spread")
     sp.set_defaults(fn=_cmd_bench)
 
     args = p.parse_args(argv)

@@ -333,8 +333,7 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
     from . import comms
     from .cluster import default_client, worker_addresses
 
-    if repeat < 1:
-        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    _check_positive(repeat=repeat, n=n)
     client = default_client(client)
     addrs = worker_addresses(client)
     res = comms.spmd(_triad_rank, [None] * len(addrs), n, repeat, client=client)
@@ -345,10 +344,18 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
             "iteration_gbps": [total / t / 1e9 for t in group], "workers": addrs}
 
 
+def _check_positive(**values: Any) -> None:
+    """The probes' counts and sizes: ints >= 1, named in the error."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+
 def scheduler_roundtrip(client: Any = None, *, repeat: int = 50) -> dict:
     """Seconds for one tiny task submitted, run and gathered through the scheduler."""
     from .cluster import default_client
 
+    _check_positive(repeat=repeat)
     client = default_client(client)
     client.submit(int, 0, pure=False).result()
     times = []
@@ -394,6 +401,10 @@ def comms_pingpong(client: Any = None, *, sizes: Sequence[int] = (8, 1 << 10, 1 
     from . import comms
     from .cluster import default_client, worker_addresses
 
+    _check_positive(repeat=repeat)
+    if isinstance(sizes, int | np.integer) or not all(isinstance(b, int | np.integer) and not isinstance(b, bool)
+                                                      and b >= 8 for b in sizes):
+        raise ValueError(f"sizes must be a sequence of ints >= 8 (bytes: whole float64s), got {sizes!r}")
     client = default_client(client)
     addrs = worker_addresses(client)
     if len(addrs) < 2:

@@ -41,6 +41,10 @@ def _validate(backend: str, n_workers: int | None, threads_per_worker: int, addr
                          f"per process at a time, got threads_per_worker={threads_per_worker}")
     if address is not None and scheduler_file is not None:
         raise ValueError("pass at most one of address= and scheduler_file=")
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
+        # distributed would wait for it to appear, without a timeout
+        raise FileNotFoundError(f"scheduler_file {scheduler_file!r} does not exist (start the scheduler with "
+                                "`dask scheduler --scheduler-file ...` first)")
 
 
 def _require_simulator() -> None:
@@ -329,6 +333,10 @@ class Cluster:
         else:
             if backend == "gpu-sim":
                 _require_simulator()
+                if not kwargs.get("processes", True):
+                    # the simulator is chosen when numba.cuda is first imported: only a fresh worker process
+                    # can take the device path (threads in this process would run the CPU kernels)
+                    raise ValueError("backend='gpu-sim' needs worker processes, got processes=False")
             from distributed import LocalCluster
 
             if n_workers is None:

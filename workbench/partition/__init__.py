@@ -383,8 +383,14 @@ def _keeps_source(fn: Callable) -> Callable:
     """:func:`distribute`'s lineage: check the blocks fit the workers' memory first, and let the
     container rebuild any partition from the caller's object (or from its replicas) afterwards."""
 
+    sig = inspect.signature(fn)
+
     @functools.wraps(fn)
     def wrapper(obj: Any, client: Any = None, **kwargs: Any) -> Any:
+        try:
+            sig.bind(obj, client, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{fn.__name__}() {e}") from None
         replicas = kwargs.get("replicas", 1)
         if not isinstance(replicas, int | np.integer) or isinstance(replicas, bool) or replicas < 1:
             raise ValueError(f"replicas must be a positive int, got {replicas!r}")
@@ -448,8 +454,8 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
     if replicas > len(set(alive)):
         raise ValueError(f"replicas={replicas} needs as many workers; the cluster has {len(set(alive))}")
     if partition == "2d" and grid is not None and grid[0] * grid[1] > len(addrs):
-        raise ValueError(f"grid {grid[0]}x{grid[1]} needs {grid[0] * grid[1]} workers, the cluster has "
-                         f"{len(addrs)}")
+        raise ValueError(f"grid {grid[0]}x{grid[1]} needs {grid[0] * grid[1]} workers, "
+                         + (f"workers= names {len(addrs)}" if workers is not None else f"the cluster has {len(addrs)}"))
     return client
 
 
