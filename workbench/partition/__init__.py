@@ -152,10 +152,6 @@ class RowBlocks:
         self.parts[i] = future
         self.workers[i] = worker
 
-    @property
-    def backend(self) -> str:
-        return self.meta.get("backend", "cpu")
-
     def owner_of(self, index: Any) -> Any:
         """Rank that owns row/vertex ``index`` (scalar or array)."""
         return owner_of(index, self.offsets)
