@@ -269,3 +269,8 @@ def test_cluster_start_lives_until_close():
     cm.close()
     assert client.status == "closed"
     cm.close()                                      # idempotent
+    # a kernel handed the closed client says so, not "IOLoop is closed" from inside distributed
+    with pytest.raises(ValueError, match="client is closed"):
+        wb.distribute(np.ones(4), client=client)
+    with pytest.raises(ValueError, match="client is closed"):
+        wb.fftn(np.ones((4, 4)), client=client)

@@ -472,6 +472,10 @@ def _hooked(client: Any) -> Iterator[None]:
 def default_client(client: Any = None) -> Any:
     """``client`` or the current default ``distributed.Client`` (``client=None``)."""
     if client is not None:
+        if getattr(client, "status", None) in ("closing", "closed"):
+            # said here, not as "IOLoop is closed" or an AttributeError from deep inside distributed
+            raise ValueError("client is closed (its cluster was shut down): start a new one, e.g. "
+                             "`with wb.cluster() as client:`")
         return client
     from distributed import get_client
 
