@@ -346,20 +346,26 @@ def test_check_symmetric_reads_pairs_as_the_kernels_do(clients, n_workers):
 
 def test_blocks_doubled_up_by_a_repair_spread_again(clients, monkeypatch):
     """A repair that found no replacement puts a lost block beside another (``meta["doubled"]``): a kernel
-    that takes one block per worker says so as a lost worker, not as the caller's ValueError, and once a
-    free worker is there the next call moves the block to it (nothing recomputed) and runs."""
+    that takes one block per worker treats it as a lost worker (retries, then says so), not as the caller's
+    ValueError, and once a free worker is there the next call moves the block to it (nothing recomputed)
+    and runs.  The same layout chosen by the caller (``n_parts``) stays the caller's ValueError."""
     import workbench.partition as partition
     from workbench.comms import WorkerLostError
-    from workbench.partition import distribute, spread
+    from workbench.partition import WorkerLostWarning, distribute, spread
 
     client = clients(3)
     w = sorted(client.scheduler_info()["workers"])
     A = wb.data.rmat(8, seed=3)
+    chosen = distribute(A, client=client, workers=w[:2], n_parts=3)
+    for call in (lambda: wb.bfs(chosen, 0, client=client), lambda: wb.color(chosen, client=client),
+                 lambda: wb.spmm(chosen, np.ones((A.shape[0], 2)), client=client)):
+        with pytest.raises(ValueError, match="one block per worker"):
+            call()
     G = distribute(A, client=client, workers=w[:2], n_parts=3)      # the placement a repair leaves
     G.meta["doubled"] = True
     with monkeypatch.context() as m:
         m.setattr(partition, "spread", lambda c, client=None: [])    # no free worker yet
-        with pytest.raises(WorkerLostError, match="one per worker"):
+        with pytest.warns(WorkerLostWarning), pytest.raises(WorkerLostError, match="one per worker"):
             wb.bfs(G, 0, client=client)
     key = G.parts[2].key
     r = wb.bfs(G, 0, client=client)

@@ -113,10 +113,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _bench_paths(root: Path) -> dict[str, Path]:
+    return {p.stem.removeprefix("bench_"): p for p in sorted((root / "benchmarks").glob("bench_*.py"))}
+
+
 def _bench_modules(root: Path, names: list[str]) -> list:
     mods = []
-    for path in sorted((root / "benchmarks").glob("bench_*.py")):
-        key = path.stem.removeprefix("bench_")
+    for key, path in _bench_paths(root).items():
         if names and key not in names:
             continue
         spec = importlib.util.spec_from_file_location(f"workbench_bench_{key}", path)
@@ -159,12 +162,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .experiment import provenance, repo_root
 
     root = repo_root()
-    mods = _bench_modules(root, args.names)
-    unknown = sorted(set(args.names) - {key for key, _ in mods})
-    if not mods or unknown:
-        known = ", ".join(p.stem.removeprefix("bench_") for p in sorted((root / "benchmarks").glob("bench_*.py")))
-        print(f"workbench: no benchmark {', '.join(unknown) or 'matched'} (known: {known})", file=sys.stderr)
+    known = _bench_paths(root)
+    unknown = sorted(set(args.names) - set(known))
+    if unknown or not known:
+        print(f"workbench: no benchmark {', '.join(unknown) or 'found'} (known: {', '.join(known)})", file=sys.stderr)
         return 2
+    mods = _bench_modules(root, args.names)
     rows, errors = [], []
     with cluster(backend=args.backend, n_workers=args.workers) as client:
         for rnd in range(args.rounds):

@@ -112,6 +112,13 @@ def _dask_keys(value: Any) -> set | None:
     return None
 
 
+def _check_positive(**values: Any) -> None:
+    """Counts and sizes (repeats, elements, bytes): ints >= 1, named in the error."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+
 def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, repeat: int = 3,
             setup: Callable[[], Any] | None = None, keep_value: bool = False, on_stale: str = "raise") -> Timing:
     """Time ``fn()`` ``repeat`` times after ``warmup`` untimed runs.
@@ -135,8 +142,7 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
     >>> len(t.times)
     3
     """
-    if repeat < 1:
-        raise ValueError(f"repeat must be >= 1, got {repeat}")
+    _check_positive(repeat=repeat)
     if on_stale not in ("raise", "warn", "ignore"):
         raise ValueError(f"on_stale must be 'raise', 'warn' or 'ignore', got {on_stale!r}")
     label = name or getattr(fn, "__name__", "fn")
@@ -342,13 +348,6 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
     group = res[0]["iteration_s"]  # the allreduce gave every rank the same iteration times
     return {"per_worker_gbps": [r["gbps"] for r in res], "aggregate_gbps": total / statistics.median(group) / 1e9,
             "iteration_gbps": [total / t / 1e9 for t in group], "workers": addrs}
-
-
-def _check_positive(**values: Any) -> None:
-    """The probes' counts and sizes: ints >= 1, named in the error."""
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
 
 
 def scheduler_roundtrip(client: Any = None, *, repeat: int = 50) -> dict:

@@ -76,6 +76,7 @@ __all__ = [
     "WorkerMemoryError",
     "repair",
     "spread",
+    "check_one_per_worker",
     "resilient",
     "lost_parts",
     "await_workers",
@@ -698,6 +699,25 @@ def spread(container: RowBlocks | BlockGrid, client: Any = None) -> list[int]:
     return [i for i, _ in moves]
 
 
+def check_one_per_worker(container: RowBlocks | BlockGrid, name: str) -> None:
+    """For kernels whose ranks each take one partition: raise unless ``container`` has one per worker.
+
+    A container a :func:`repair` left doubled up (no replacement yet) raises
+    :class:`~workbench.comms.WorkerLostError`, so :func:`resilient` waits for the replacement, spreads it
+    and reruns; any other is the caller's layout (``n_parts``), a ValueError naming ``name``.
+    """
+    n_workers = len(set(container.workers))
+    if n_workers == container.n_parts:
+        return
+    if container.meta.get("doubled"):
+        from ..comms import WorkerLostError
+
+        raise WorkerLostError(f"{name}: partitions lost with a worker were rebuilt beside others (no replacement "
+                              f"came within {REPLACE_WAIT:g} s), and this kernel needs one per worker")
+    raise ValueError(f"{name} needs one block per worker, got {container.n_parts} blocks on {n_workers} workers "
+                     "(distribute without n_parts)")
+
+
 # ---- the kernels' entry: rerun a call that lost a worker ---------------------
 
 _ACTIVE = threading.local()
@@ -785,12 +805,6 @@ def resilient(fn: Callable) -> Callable:
                     out = fn(*bound.args, **bound.kwargs)
                 except Exception as e:
                     why = _lost_reason(e, client, containers, cached)
-                    if why is None and isinstance(e, ValueError) and any(c.meta.get("doubled") for c in containers):
-                        raise WorkerLostError(
-                            f"{fn.__name__}: partitions lost with a worker were rebuilt on workers that hold one "
-                            f"already (no replacement came within {REPLACE_WAIT:g} s), and this call needs one "
-                            f"per worker ({e}); call again once the nanny's replacement has joined, or add a "
-                            "worker") from e
                     if why is None:
                         raise
                     history.append(why)
@@ -1020,11 +1034,12 @@ def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]
     cols = block.indices.astype(xp.int64)
     edge = block.data != 0
     rows, cols = rows[edge].astype(xp.int64), cols[edge]
-    pair = rows * max(int(block.shape[1]), 1) + cols
+    ncols = max(int(block.shape[1]), 1)
+    pair = rows * ncols + cols
     if pair.shape[0] > 1 and not bool((pair[1:] > pair[:-1]).all()):
         # unsorted or duplicate column ids (canonical blocks skip the sort); a pair lives in one block
         pair = xp.unique(pair)
-        rows, cols = pair // max(int(block.shape[1]), 1), pair % max(int(block.shape[1]), 1)
+        rows, cols = pair // ncols, pair % ncols
     rows, cols = rows + row0, cols + col0
     with np.errstate(over="ignore"):
         fwd = _edge_hash(xp, rows, cols).sum(dtype=xp.uint64)

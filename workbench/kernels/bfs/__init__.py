@@ -55,7 +55,15 @@ import scipy.sparse as sp
 
 from ... import comms
 from ...cluster import default_client
-from ...partition import BlockGrid, RowBlocks, check_entries, grid_shape, pattern_symmetric, resilient
+from ...partition import (
+    BlockGrid,
+    RowBlocks,
+    check_entries,
+    check_one_per_worker,
+    grid_shape,
+    pattern_symmetric,
+    resilient,
+)
 from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
 from .rules import _RULES as _RULES
 from .rules import _check_block
@@ -374,9 +382,7 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
     if isinstance(graph, RowBlocks | BlockGrid):
         if graph.kind != "csr":
             raise TypeError(f"graph must hold sparse (csr) blocks, got kind={graph.kind!r}")
-        if len(set(graph.workers)) != graph.n_parts:
-            raise ValueError(f"graph: bfs needs one block per worker, got {graph.n_parts} blocks on "
-                             f"{len(set(graph.workers))} workers")
+        check_one_per_worker(graph, "graph: bfs")
         P = graph.n_parts
         if graph.symmetric is False:
             raise ValueError("graph must be symmetric (an undirected graph); its container says it is not")

@@ -47,6 +47,7 @@ from ...partition import (
     RowBlocks,
     block_offsets,
     check_entries,
+    check_one_per_worker,
     check_symmetric,
     distribute,
     pattern_symmetric,
@@ -297,8 +298,7 @@ def _check_args(graph: Any, distance: Any, tie_break: Any, max_rounds: Any) -> t
     if isinstance(graph, RowBlocks):
         if graph.kind != "csr":
             raise TypeError(f"graph: expected CSR row blocks, got kind={graph.kind!r}")
-        if len(set(graph.workers)) != graph.n_parts:
-            raise ValueError("graph: color needs one row block per worker (distribute without n_parts)")
+        check_one_per_worker(graph, "graph: color")
         shape = graph.shape
     elif sp.issparse(graph) or hasattr(graph, "tocsr"):
         shape = graph.shape

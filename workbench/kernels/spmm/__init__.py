@@ -63,6 +63,7 @@ from ...partition import (
     all_finite,
     array_of,
     block_offsets,
+    check_one_per_worker,
     distribute,
     move_keys,
     persist,
@@ -403,9 +404,8 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
     k = plan["shape"][2]
     if isinstance(A, RowBlocks) or (not isinstance(A, BlockGrid) and plan["grid"] is None):
         Ad = A if isinstance(A, RowBlocks) else distribute(A, client)
+        check_one_per_worker(Ad, "A: spmm")
         workers = list(Ad.workers)
-        if len(set(workers)) != len(workers):
-            raise ValueError("A has several row blocks per worker; spmm needs one block per worker")
         a_args = [{(r, -1): Ad.parts[r]} for r in range(len(workers))]
         if _is_dask(B):
             # B's own row chunks are the inner tiles, each served by the rank on whose worker it lives:

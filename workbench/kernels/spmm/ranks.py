@@ -478,7 +478,6 @@ def result_dtype(*dtypes: Any) -> np.dtype:
     return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
-
 def _take_rows(tile: Any, rows: Any) -> Any:
     if hasattr(tile, "indptr"):
         return tile[rows]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...backend import to_host
-from ...partition import CHECK_BLOCK, RowBlocks, all_finite
+from ...partition import CHECK_BLOCK, RowBlocks, all_finite, check_one_per_worker
 from .params import _ENGINES, _REDUCED
 
 
@@ -175,8 +175,7 @@ def _validate_rows(dl: RowBlocks, d: RowBlocks, du: RowBlocks, b: RowBlocks, per
     for nm, x in (("dl", dl), ("du", du), ("b", b)):
         if not np.array_equal(x.offsets, d.offsets) or list(x.workers) != list(d.workers):
             raise ValueError(f"{nm} must be partitioned like d (same offsets and workers)")
-    if len(set(d.workers)) != len(d.workers):
-        raise ValueError("RowBlocks must hold one block per worker")
+    check_one_per_worker(d, "d: tridiag_solve's RowBlocks")
     if len(d.shape) not in (1, 2):
         raise ValueError(f"line-major d must have shape (n,) or (n, batch), got {d.shape}")
     n = int(d.shape[0])
