@@ -282,6 +282,23 @@ DISTRIBUTE = [
          ValueError, r"\bworkers\b"),
 ]
 
+DATA = [
+    # a float or bool seed was truncated to another graph's seed
+    Case("rmat-seed-float", lambda c, d: wb.data.rmat(6, seed=1.5), ValueError, r"\bseed\b"),
+    Case("rmat-seed-bool", lambda c, d: wb.data.rmat(6, seed=True), ValueError, r"\bseed\b"),
+    Case("rmat-seed<0", lambda c, d: wb.data.rmat(6, seed=-1), ValueError, r"\bseed\b"),
+    Case("rmat-scale", lambda c, d: wb.data.rmat(6.0), ValueError, r"\bscale\b"),
+    Case("rmat_distributed-seed", lambda c, d: wb.data.rmat_distributed(6, seed=0.5, client=c), ValueError,
+         r"\bseed\b"),
+    Case("graph500-seed", lambda c, d: wb.graph500(6, seed=0.5, client=c), ValueError, r"\bseed\b"),
+    Case("grid-float", lambda c, d: wb.data.grid_graph((2.5, 2)), ValueError, r"\bshape\b"),
+    Case("grid-zero", lambda c, d: wb.data.grid_graph((0, 2)), ValueError, r"\bshape\b"),
+    Case("grid-4d", lambda c, d: wb.data.grid_graph((2, 2, 2, 2)), ValueError, r"\bshape\b"),
+    Case("search_keys-n", lambda c, d: wb.data.search_keys(d.A, -1), ValueError, r"\bn\b"),
+    Case("random_sparse-seed", lambda c, d: wb.data.random_sparse((4, 4), 0.5, seed=2.0), ValueError,
+         r"\bseed\b"),
+]
+
 CLUSTER = [
     Case("backend", lambda c, d: wb.cluster("tpu"), ValueError, r"\bbackend\b"),
     Case("n_workers=0", lambda c, d: wb.cluster("cpu", n_workers=0), ValueError, r"\bn_workers\b"),
@@ -296,7 +313,8 @@ CLUSTER = [
 ]
 
 TABLE = {"bfs": BFS, "color": COLOR, "knn_graph": KNN, "ripley_k": RIPLEY, "spmm": SPMM,
-         "tridiag_solve": TRIDIAG, "fftn": FFT, "distribute": DISTRIBUTE, "cluster": CLUSTER}
+         "tridiag_solve": TRIDIAG, "fftn": FFT, "distribute": DISTRIBUTE, "data": DATA,
+         "cluster": CLUSTER}
 
 
 #: Whether the cluster may still be busy with earlier work (other modules' releases, a case that ran there).

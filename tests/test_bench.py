@@ -84,6 +84,21 @@ def test_peer_memory_limit_follows_the_environment(monkeypatch):
     assert bench.memory_guard("p", 2**20) is None
 
 
+@pytest.mark.parametrize("value", ["lots", "0", "-1", "nan"])
+def test_a_bad_peer_memory_setting_is_named(monkeypatch, value):
+    monkeypatch.setenv(bench.ENV_PEER_MEMORY, value)
+    with pytest.raises(ValueError, match=bench.ENV_PEER_MEMORY):
+        bench.peer_memory_limit()
+
+
+def test_a_label_that_is_a_row_field_is_refused():
+    # it would have collided with compare's own role/speedup keywords (a TypeError from inside compare)
+    calls = []
+    with pytest.raises(ValueError, match="role"):
+        bench.compare(("ours", lambda: calls.append(1)), [], repeat=1, role="baseline")
+    assert calls == []
+
+
 def test_timed_dask_call_that_runs_no_task_is_refused(client):
     import dask.array as da
     from dask.graph_manipulation import clone

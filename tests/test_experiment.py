@@ -88,6 +88,7 @@ def test_cli_lists_and_reports_failure(tmp_repo):
     bad = subprocess.run([sys.executable, "-m", "workbench", "run", "missing", "--profile", "ci"], env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no experiment 'missing'" in bad.stderr
+    assert "estimate" not in bad.stdout + bad.stderr   # the error comes before anything else is said
 
 
 @pytest.mark.parametrize("name", experiment.list_experiments())

@@ -84,17 +84,17 @@ def _usage_table(out: dict) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .experiment import ExperimentError, ExperimentFailed, list_experiments, repo_root, run_many
+    from .experiment import ExperimentError, ExperimentFailed, check_configs, repo_root, run_many
 
     results = Path(args.results) if args.results else repo_root() / "results"
     if results.exists() and not results.is_dir():
         print(f"workbench: --results {results} is a file, not a directory", file=sys.stderr)
         return 2
-    names = list_experiments() if args.names in (["all"], "all") else list(args.names)
-    if not args.build_only:
-        _print_estimate(names, args.profile, results)
     try:
-        out = run_many(args.names, args.profile, results_dir=args.results, progress=not args.no_progress,
+        names = check_configs(args.names, args.profile)
+        if not args.build_only:
+            _print_estimate(names, args.profile, results)
+        out = run_many(names, args.profile, results_dir=args.results, progress=not args.no_progress,
                        timeout=args.cell_timeout, build_only=args.build_only)
     except ExperimentError as e:
         print(f"workbench: {e}", file=sys.stderr)

@@ -191,7 +191,13 @@ def peer_memory_limit() -> int:
     limit = psutil.virtual_memory().available // 2
     env = os.environ.get(ENV_PEER_MEMORY)
     if env:
-        limit = min(limit, int(float(env) * 2**30))
+        try:
+            gb = float(env)
+        except ValueError:
+            gb = math.nan
+        if not math.isfinite(gb) or gb <= 0:
+            raise ValueError(f"${ENV_PEER_MEMORY} must be a positive number of GiB, got {env!r}")
+        limit = min(limit, int(gb * 2**30))
     return int(limit)
 
 
@@ -227,6 +233,10 @@ def skipped_row(name: str, need_bytes: float, reason: str | None = None, **label
             "role": "peer", "speedup": math.nan, "skipped": reason, "need_gib": need_bytes / 2**30, **labels}
 
 
+#: The fields compare and skipped_row fill in themselves (a label may not reuse them).
+_ROW_FIELDS = frozenset({"name", "repeats", "min_s", "median_s", "max_s", "role", "speedup", "skipped", "need_gib"})
+
+
 def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warmup: int = 1, repeat: int = 3,
             memory_limit_bytes: float | None = None, on_stale: str = "raise", **labels: Any) -> list[dict]:
     """Time ``ours`` and each peer on the same input in this process.
@@ -243,6 +253,9 @@ def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warm
     >>> [r["name"] for r in rows], rows[2]["skipped"].startswith("skipped: would need")
     (['ours', 'peer', 'huge'], True)
     """
+    taken = sorted(_ROW_FIELDS.intersection(labels))
+    if taken:
+        raise ValueError(f"labels {taken} are compare's own row fields; name them otherwise")
     t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat, on_stale=on_stale)
     rows = [t_ours.row(role="ours", speedup=1.0, **labels)]
     for peer in peers:

@@ -560,18 +560,30 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     return final
 
 
+def check_configs(names: list[str] | str, profile: str, root: Path | None = None) -> list[str]:
+    """The experiments ``names`` (``"all"``: every config) name, each config loaded and checked for ``profile``.
+
+    Raises
+    ------
+    ExperimentError
+        A name without a config, a config that does not load, or one without ``profile``.
+    """
+    if names == "all" or names == ["all"]:
+        names = list_experiments(root)
+    names = [names] if isinstance(names, str) else list(names)
+    for n in names:  # validate everything before running anything
+        cfg = load_config(n, root)
+        if profile not in cfg["profiles"]:
+            raise ExperimentError(f"experiment {n!r} has no profile {profile!r}")
+    return names
+
+
 def run_many(names: list[str] | str, profile: str = "laptop", *, keep_going: bool = True,
              **kwargs: Any) -> dict[str, Path | Exception]:
     """Run several experiments (``"all"`` for every config) with a progress bar across them."""
     from ._progress import progress as _progress
 
-    if names == "all" or names == ["all"]:
-        names = list_experiments(kwargs.get("root"))
-    names = [names] if isinstance(names, str) else list(names)
-    for n in names:  # validate everything before running anything
-        cfg = load_config(n, kwargs.get("root"))
-        if profile not in cfg["profiles"]:
-            raise ExperimentError(f"experiment {n!r} has no profile {profile!r}")
+    names = check_configs(names, profile, kwargs.get("root"))
     out: dict[str, Path | Exception] = {}
     bar = _progress(names, desc=f"experiments ({profile})", unit="notebook")
     for n in bar:

@@ -28,7 +28,7 @@ from ..backend import unique_sorted
 from ..partition import resilient
 from .datasets import SPATSTAT_PATTERNS, PointPattern, digits, spatstat_data_dir, spatstat_names, spatstat_pattern
 from .loaders import load_edgelist, load_mtx, mtx_header
-from .sparse import random_sparse, random_sparse_bytes  # noqa: F401  (seeded sparse generator, memory linear in nnz)
+from .sparse import check_seed, random_sparse, random_sparse_bytes  # noqa: F401  (seeded sparse generator, memory linear in nnz)
 
 __all__ = [
     "kronecker_edges",
@@ -55,11 +55,12 @@ EDGE_BLOCK = 1 << 18
 _A, _B, _C = 0.57, 0.19, 0.19
 
 
-def _validate_scale(scale: int, edgefactor: int) -> None:
-    if not isinstance(scale, int | np.integer) or not 1 <= scale <= 40:
+def _validate_scale(scale: int, edgefactor: int, seed: int) -> None:
+    if isinstance(scale, bool) or not isinstance(scale, int | np.integer) or not 1 <= scale <= 40:
         raise ValueError(f"scale must be an int in [1, 40], got {scale!r}")
-    if not isinstance(edgefactor, int | np.integer) or edgefactor < 1:
+    if isinstance(edgefactor, bool) or not isinstance(edgefactor, int | np.integer) or edgefactor < 1:
         raise ValueError(f"edgefactor must be a positive int, got {edgefactor!r}")
+    check_seed(seed)
 
 
 def _relabel(v: np.ndarray, scale: int, seed: int) -> np.ndarray:
@@ -84,7 +85,7 @@ def kronecker_block(scale: int, edgefactor: int, seed: int, block: int) -> np.nd
     relabeled vertices and shuffled within each block); a block depends only
     on ``(scale, edgefactor, seed, block)``.
     """
-    _validate_scale(scale, edgefactor)
+    _validate_scale(scale, edgefactor, seed)
     m = edgefactor * (1 << scale)
     start = block * EDGE_BLOCK
     if not 0 <= start < m:
@@ -108,7 +109,7 @@ def kronecker_block(scale: int, edgefactor: int, seed: int, block: int) -> np.nd
 def kronecker_edges(scale: int, edgefactor: int = 16, seed: int = 0,
                     blocks: Sequence[int] | None = None) -> np.ndarray:
     """The Graph500 edge list (2, edgefactor * 2**scale) (or the given blocks of it)."""
-    _validate_scale(scale, edgefactor)
+    _validate_scale(scale, edgefactor, seed)
     n_blocks = -(-edgefactor * (1 << scale) // EDGE_BLOCK)
     blocks = range(n_blocks) if blocks is None else blocks
     parts = [kronecker_block(scale, edgefactor, seed, b) for b in blocks]
@@ -209,7 +210,7 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     from ..cluster import default_client, worker_addresses
     from ..partition import RowBlocks, TaskLineage, block_offsets
 
-    _validate_scale(scale, edgefactor)
+    _validate_scale(scale, edgefactor, seed)
     client = default_client(client)
     addrs = list(workers) if workers is not None else worker_addresses(client)
     P = len(addrs)
@@ -234,7 +235,15 @@ def search_keys(degrees_or_graph: Any, n: int = 64, seed: int = 0) -> np.ndarray
 
     Accepts a degree vector or a host sparse matrix.  Fewer keys are returned
     when fewer vertices have edges.
+
+    Examples
+    --------
+    >>> search_keys(rmat(8, seed=3), 4, seed=1).size
+    4
     """
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    check_seed(seed)
     if sp.issparse(degrees_or_graph):
         deg = np.diff(degrees_or_graph.tocsr().indptr)
     else:
@@ -246,7 +255,16 @@ def search_keys(degrees_or_graph: Any, n: int = 64, seed: int = 0) -> np.ndarray
 
 
 def grid_graph(shape: Sequence[int], periodic: bool = False) -> sp.csr_matrix:
-    """Symmetric adjacency of a 2-D/3-D lattice (a stencil graph, many BFS levels)."""
+    """Symmetric adjacency of a 1-D, 2-D or 3-D lattice (a stencil graph, many BFS levels).
+
+    Examples
+    --------
+    >>> grid_graph((4, 5)).shape
+    (20, 20)
+    """
+    if (not isinstance(shape, Sequence) or not 1 <= len(shape) <= 3
+            or not all(isinstance(s, int | np.integer) and not isinstance(s, bool) and s >= 1 for s in shape)):
+        raise ValueError(f"shape must be one to three positive ints, got {shape!r}")
     shape = tuple(int(s) for s in shape)
     n = int(np.prod(shape))
     idx = np.arange(n).reshape(shape)

@@ -34,14 +34,19 @@ ROW_BLOCK = 1 << 14
 _VALUES = ("uniform", "normal", "ones")
 
 
+def check_seed(seed: Any) -> None:
+    """A generator's seed: a non-negative int (1.5 or True would be truncated to another graph's seed)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+
+
 def _check(shape: Any, density: Any, seed: Any, values: str) -> tuple[int, int]:
     if (not isinstance(shape, Sequence) or len(shape) != 2
             or not all(isinstance(s, int | np.integer) and s >= 1 for s in shape)):
         raise ValueError(f"shape must be two positive ints (rows, columns), got {shape!r}")
     if not isinstance(density, int | float | np.number) or not 0.0 <= float(density) <= 1.0:
         raise ValueError(f"density must be a number in [0, 1], got {density!r}")
-    if not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_seed(seed)
     if values not in _VALUES:
         raise ValueError(f"values must be one of {_VALUES}, got {values!r}")
     return int(shape[0]), int(shape[1])

@@ -886,6 +886,8 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
         partition lost with its worker is sent again from ``obj`` while the
         caller still holds it (the container keeps a weak reference); with 2
         or more it survives the loss of a worker without the client's copy.
+        The extra copies go to other workers of the cluster, which need not
+        be among ``workers`` (kernels run where the first copies are).
 
     Returns
     -------

@@ -250,7 +250,7 @@ def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0,
         partition = "1d"
     from ... import data
 
-    data._validate_scale(scale, edgefactor)
+    data._validate_scale(scale, edgefactor, seed)
     n = 1 << int(scale)
     _, RC = _check_inputs(graph if graph is not None else _Shape(n), [0], partition, grid, direction, alpha, beta,
                           client)
