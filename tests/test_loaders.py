@@ -205,3 +205,27 @@ def test_bad_input(tmp_path, clients):
     np.testing.assert_array_equal(wb.data.load_mtx(dense).toarray(), np.arange(6.0).reshape(2, 3))
     with pytest.raises(ValueError, match="coordinate"):
         wb.data.load_mtx(dense, client=client)
+
+
+_HEAD = "%%MatrixMarket matrix coordinate real general\n3 3 2\n"
+
+
+@pytest.mark.parametrize("entries", ["4 2 1.0\n3 1 2.0\n", "0 2 1.0\n3 1 2.0\n", "1 2 abc\n3 1 2.0\n",
+                                     "1.5 2 1.0\n3 1 2.0\n", "1 2 1.0\n3 1\n"],
+                         ids=["row-outside", "zero-based", "not-a-number", "float-index", "missing-value"])
+def test_malformed_entries_name_the_file_either_way(tmp_path, clients, entries):
+    path = tmp_path / "broken.mtx"
+    path.write_text(_HEAD + entries)
+    for client in (None, clients(2)):
+        with pytest.raises(ValueError, match="broken.mtx"):
+            wb.data.load_mtx(path, client=client)
+
+
+def test_nan_values_read_alike_on_host_and_workers(tmp_path, clients):
+    # a value written "nan" is a value (scipy reads it so); the distributed reader took it for a missing column
+    path = tmp_path / "nan.mtx"
+    path.write_text(_HEAD + "1 2 nan\n3 1 2.0\n")
+    host = wb.data.load_mtx(path).toarray()
+    dist = wb.data.load_mtx(path, client=clients(2)).gather().toarray()
+    assert np.isnan(host[0, 1]) and host[2, 0] == 2.0
+    np.testing.assert_array_equal(dist, host)

@@ -144,8 +144,10 @@ def _rank_text(path: str, rank: int, size: int, base: int) -> bytes:
     return b"".join(out)
 
 
-def _parse_columns(text: bytes, ncols: int, dtypes: Sequence[Any], comments: str | None) -> list[np.ndarray]:
-    """The first ``ncols`` whitespace-separated columns of ``text`` (blank and comment lines skipped)."""
+def _parse_columns(text: bytes, ncols: int, dtypes: Sequence[Any], comments: str | None,
+                   path: str) -> list[np.ndarray]:
+    """The first ``ncols`` whitespace-separated columns of ``text``, read from ``path`` (blank and comment lines
+    skipped); a ValueError names the file."""
     import pandas as pd
 
     if not text.strip():
@@ -156,9 +158,14 @@ def _parse_columns(text: bytes, ncols: int, dtypes: Sequence[Any], comments: str
     except pd.errors.EmptyDataError:
         return [np.zeros(0, dtype=d) for d in dtypes]
     except ValueError as e:
-        raise ValueError(f"cannot parse {ncols} numeric columns: {e}") from None
-    if df.isna().to_numpy().any():
-        raise ValueError(f"a line has fewer than {ncols} columns")
+        raise ValueError(f"{path}: cannot parse {ncols} numeric columns: {e}") from None
+    na = df.isna().to_numpy().any(axis=1)
+    if na.any():
+        # a missing column reads as NaN, and so does a value written "nan" (scipy's reader keeps those)
+        rows = [ln for ln in text.splitlines()
+                if ln.strip() and not (comments and ln.lstrip().startswith(comments.encode()))]
+        if len(rows) != len(df) or any(len(rows[k].split()) < ncols for k in np.flatnonzero(na)):
+            raise ValueError(f"{path}: a line has fewer than {ncols} columns")
     return [df[c].to_numpy(dtype=d) for c, d in enumerate(dtypes)]
 
 
@@ -168,21 +175,21 @@ def _mtx_dtype(field: str) -> np.dtype:
                      "pattern": np.float64}[field])
 
 
-def _mtx_entries(text: bytes, header: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _mtx_entries(text: bytes, header: dict, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """0-based rows, cols and values of a coordinate section, symmetry expanded, and the entries read."""
     field, symmetry = header["field"], header["symmetry"]
     if field == "pattern":
-        i, j = _parse_columns(text, 2, (np.int64, np.int64), "%")
+        i, j = _parse_columns(text, 2, (np.int64, np.int64), "%", path)
         v = np.ones(len(i), dtype=np.float64)
     elif field == "complex":
-        i, j, re, im = _parse_columns(text, 4, (np.int64, np.int64, np.float64, np.float64), "%")
+        i, j, re, im = _parse_columns(text, 4, (np.int64, np.int64, np.float64, np.float64), "%", path)
         v = re + 1j * im
     else:
-        i, j, v = _parse_columns(text, 3, (np.int64, np.int64, _mtx_dtype(field)), "%")
+        i, j, v = _parse_columns(text, 3, (np.int64, np.int64, _mtx_dtype(field)), "%", path)
     i, j, read = i - 1, j - 1, len(i)
     m, n = header["shape"]
     if len(i) and (i.min() < 0 or j.min() < 0 or i.max() >= m or j.max() >= n):
-        raise ValueError(f"an entry lies outside the declared {m} x {n} matrix")
+        raise ValueError(f"{path}: an entry lies outside the declared {m} x {n} matrix")
     if symmetry != "general":
         off = i != j
         mirror = {"symmetric": v[off], "skew-symmetric": -v[off], "hermitian": np.conj(v[off])}[symmetry]
@@ -224,7 +231,7 @@ def _route_rows(comm: Any, i: np.ndarray, j: np.ndarray, v: np.ndarray,
 
 
 def _mtx_rank(comm: Any, _: Any, path: str, header: dict, symmetrize: bool, offsets: np.ndarray) -> tuple:
-    i, j, v, read = _mtx_entries(_rank_text(path, comm.rank, comm.size, header["data_start"]), header)
+    i, j, v, read = _mtx_entries(_rank_text(path, comm.rank, comm.size, header["data_start"]), header, path)
     if symmetrize:
         i, j, v = _graph_pattern(i, j, True)
     i, j, v = _route_rows(comm, i, j, v, offsets)
@@ -237,7 +244,8 @@ def _edge_rank(comm: Any, _: Any, path: str, n: int | None, symmetrize: bool, co
                zero_based: bool) -> tuple:
     from ..partition import block_offsets
 
-    src, dst = _parse_columns(_rank_text(path, comm.rank, comm.size, 0), 2, (np.int64, np.int64), comments)
+    src, dst = _parse_columns(_rank_text(path, comm.rank, comm.size, 0), 2, (np.int64, np.int64), comments,
+                              path)
     if not zero_based:
         src, dst = src - 1, dst - 1
     lo_id = comm.allreduce(int(min(src.min(), dst.min())) if len(src) else 0, "min")
@@ -318,7 +326,10 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
     if client is None:
         import scipy.io
 
-        A = sp.csr_matrix(scipy.io.mmread(path))
+        try:
+            A = sp.csr_matrix(scipy.io.mmread(path))
+        except ValueError as e:   # scipy's reader says "Line 3: ..." without the file
+            raise ValueError(f"{path}: {e}") from None
         if symmetrize:
             coo = A.tocoo()
             i, j, v = _graph_pattern(coo.row.astype(np.int64), coo.col.astype(np.int64), True)
@@ -385,7 +396,7 @@ def load_edgelist(path: str | os.PathLike, *, n: int | None = None, symmetrize: 
         raise ValueError(f"comments must be a single character, got {comments!r}")
     if client is None:
         with _opener(path)(path, "rb") as f:
-            src, dst = _parse_columns(f.read(), 2, (np.int64, np.int64), comments)
+            src, dst = _parse_columns(f.read(), 2, (np.int64, np.int64), comments, path)
         if not zero_based:
             src, dst = src - 1, dst - 1
         if len(src) and min(src.min(), dst.min()) < 0:
