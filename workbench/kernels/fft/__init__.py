@@ -91,6 +91,8 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
         Slab: a 1-D grid of all workers.  Pencil: a p0 x p1 grid (``grid`` or
         the most square factorisation), transposes inside row/column
         sub-communicators.  Auto: slab unless the slab leaves workers idle.
+        Pencil needs three or more dimensions.  An array whose split axes are
+        shorter than the grid runs with some workers holding empty blocks.
     grid : tuple of int, optional
         Explicit process grid (its product must equal the worker count).
     overlap : bool, optional

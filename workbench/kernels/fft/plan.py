@@ -173,10 +173,8 @@ def _make_plan(kind: str, x: Any, axes: tuple[int, ...], s: Any, norm: Any, deco
         if chosen is not None:
             break
     if chosen is None and fallback is not None:
-        if decomposition != "auto" or grid is not None:
-            raise ValueError(f"grid {fallback[0]} does not fit shape {shape} for axes {axes}: "
-                             "some worker would hold no data along a split axis")
-        chosen = fallback  # tiny arrays: some ranks hold empty blocks
+        # an axis shorter than the grid: some ranks hold empty blocks, whether the grid was asked for or chosen
+        chosen = fallback
     if chosen is None:
         # a 1-D transform has no slab/pencil schedule: it runs on a single rank (no four-step FFT here)
         res = _plan(kind, shape, axes, s, (), [], ())
