@@ -1014,3 +1014,27 @@ def test_gtsv_system_is_the_documented_layout(clients):
                      ({"axis": True}, "axis")):
         with pytest.raises(ValueError, match=name):
             gtsv_system(**{"n": 10, **kw}, client=client)
+
+
+def test_array_engine_expand_reads_no_unwritten_rows():
+    # _xp_expand once multiplied every row's not-yet-written x[i + 1] (np.empty garbage) and discarded it:
+    # a signalling NaN there raised "invalid value" warnings on the workers.  With x full of them, the
+    # interior comes out right and nothing warns.
+    import warnings
+
+    from workbench.kernels.tridiag.ranks import _xp_expand
+
+    rng = np.random.default_rng(3)
+    m, V = 23, 4
+    dl, du = rng.standard_normal((m, V)), rng.standard_normal((m, V))
+    d = 4.0 + rng.random((m, V))
+    b = rng.standard_normal((m, 1, V))
+    # row i: dl[i] x[i-1] + d[i] x[i] + du[i] x[i+1] = b[i]
+    ref = np.stack([sl.solve_banded((1, 1), np.stack([np.r_[0.0, du[:-1, v]], d[:, v], np.r_[dl[1:, v], 0.0]]),
+                                    b[:, 0, v]) for v in range(V)], axis=-1)[:, None, :]
+    starts, lens = np.array([0, 5, 12, 20]), np.array([5, 7, 8, 3])
+    x = np.full_like(b, np.uint64(0x7FF0000000000001).view(np.float64))    # a signalling NaN, as garbage can be
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _xp_expand(dl, d, du, b, starts, lens, ref[starts], ref[starts + lens - 1], x)
+    np.testing.assert_allclose(x, ref, rtol=1e-12, atol=1e-12)

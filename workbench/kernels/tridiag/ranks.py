@@ -949,7 +949,9 @@ def _xp_expand(dl, d, du, b, starts, lens, Y0, Y1, x):
         inv = 1.0 / piv
         last = xp.asarray((lens[sel] - 2) == j)
         cs[j][xp.asarray(sel)] = xp.where(last[:, None], 0.0, C * inv)
-        rhs = B - A[:, None] * x[i - 1] - xp.where(last[:, None, None], C[:, None] * x[i + 1], 0.0)
+        # x[i + 1] is known only on a block's last interior row (elsewhere it is not yet written: select it
+        # before multiplying, so no garbage NaN or inf meets the arithmetic)
+        rhs = B - A[:, None] * x[i - 1] - C[:, None] * xp.where(last[:, None, None], x[i + 1], 0.0)
         x[i] = rhs * inv[:, None]
     for j in range(Lmax - 3, 0, -1):
         sel = np.flatnonzero(j <= lens - 3)
