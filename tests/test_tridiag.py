@@ -488,7 +488,8 @@ def test_array_engine_on_cupy():
     from workbench.kernels.tridiag.ranks import _solve_chain
 
     dl, d, du, b = _system("dominant", 300, 8, None, seed=5)
-    A, C, D = dl[:, 1:].T / d[:, 1:].T, du[:, :-1].T / d[:, :-1].T, (b / d).T[:, None, :]
+    # gtsv form: dl[:, i] couples row i + 1 to row i, du[:, i] row i to row i + 1
+    A, C, D = dl.T / d[:, 1:].T, du.T / d[:, :-1].T, (b / d).T[:, None, :]
     A = np.vstack([np.zeros((1, 8)), A])
     C = np.vstack([C, np.zeros((1, 8))])
     y = _solve_chain(cp.asarray(A), cp.asarray(C), cp.asarray(D), False, local="array")
