@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue 18, in one call on a machine with a CUDA 12 GPU (within 8 minutes):
 #   1. the environment: the gpu extra from PyPI (make setup), or offline from WHEELS=<dir>,
-#      or NO_INSTALL=1 to use PYTHON as it is;
+#      or NO_INSTALL=1 to use PYTHON as it is; PYTEST_S and VALIDATE_S bound the two steps (180, 300 s);
 #   2. make test-gpu's tests (@pytest.mark.gpu) and the seven kernels validated on a device cluster;
 #   3. each kernel timed at a small and a large size next to the device peer (cupy.fft, cupyx, cuGraph).
 # Writes $OUT_DIR/gpu-check.csv (default results/gpu-check/) and the logs beside it.
@@ -18,7 +18,7 @@ elif [ -z "${NO_INSTALL:-}" ]; then
 fi
 "$PY" -c "import cupy; print('device:', cupy.cuda.runtime.getDeviceProperties(0)['name'].decode())" || exit 3
 rc=0
-timeout 180 "$PY" -m pytest -q -m gpu --continue-on-collection-errors tests 2>&1 | tee "$OUT_DIR/pytest-gpu.log" || rc=1
-timeout 300 "$PY" tools/gpu_validate.py --backend gpu --size small large --csv "$OUT_DIR/gpu-check.csv" \
+timeout "${PYTEST_S:-180}" "$PY" -m pytest -q -m gpu --continue-on-collection-errors tests 2>&1 | tee "$OUT_DIR/pytest-gpu.log" || rc=1
+timeout "${VALIDATE_S:-300}" "$PY" tools/gpu_validate.py --backend gpu --size small large --csv "$OUT_DIR/gpu-check.csv" \
   2>&1 | tee "$OUT_DIR/validate.log" || rc=1
 exit $rc
