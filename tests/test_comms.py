@@ -109,6 +109,23 @@ def test_ranks_blocks_are_a_dask_arrays_chunks(client4):
         comms.run_spmd(_block_of, [1] * 4, client=client4, chunk_index=[(0,)])
 
 
+def test_a_kernel_result_comes_home_through_to_host(client4, monkeypatch):
+    # np.asarray of a result brings it to the host on every back end: the computed array passes through
+    # backend.to_host (cupy refuses numpy's implicit conversion, so dask's own __array__ raised on GPU workers)
+    from workbench import backend
+    from workbench.partition import array_of
+
+    futs = comms.run_spmd(_block_of, [2, 1, 1, 1], client=client4, publish_info=True,
+                          chunk_index=[(0, 0), (1, 0), (2, 0), (3, 0)])
+    comms.wait_group(futs)
+    x = array_of(comms.split_results(futs)[0], ((2, 1, 1, 1), (3,)), np.float64)
+    seen = []
+    monkeypatch.setattr(backend, "to_host", lambda a: seen.append(type(a)) or a * 10)
+    assert np.array_equal(np.asarray(x), 10 * np.repeat([0.0, 1.0, 2.0, 3.0], [2, 1, 1, 1])[:, None] * np.ones(3))
+    assert seen == [np.ndarray]
+    assert np.asarray(x, dtype=np.float32).dtype == np.float32
+
+
 def _fail_on_rank1(comm, _):
     if comm.rank == 1:
         raise ZeroDivisionError("rank 1 exploded")

@@ -346,6 +346,7 @@ def test_spmm_gpu_matches_scipy():
             C = wb.spmm(csp.csr_matrix(A), cp.asarray(B), algorithm=algorithm, client=client)
             out = C.compute()
             np.testing.assert_allclose(cp.asnumpy(out), A @ B, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)   # device chunks come home
 
 
 @pytest.mark.parametrize("n_workers", [1, 2, 3])

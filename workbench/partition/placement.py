@@ -168,15 +168,36 @@ def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any
     >>> futs = comms.run_spmd(body, args, client=client, chunk_index=[(0,), (1,)])    # doctest: +SKIP
     >>> x = array_of(comms.split_results(futs)[0], ((4, 4),), np.float64)            # doctest: +SKIP
     """
-    import dask.array as da
-
     chunks = tuple(tuple(int(c) for c in ax) for ax in chunks)
     names = {f.key[0] if isinstance(f.key, tuple) else None for f in futures}
     grid = [len(ax) for ax in chunks]
     index = sorted(tuple(f.key[1:]) for f in futures if isinstance(f.key, tuple))
     if len(names) != 1 or None in names or index != sorted(np.ndindex(*grid)):
         raise ValueError(f"futures must be keyed (name, *index), one per chunk of a {tuple(grid)} grid")
-    return da.Array({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
+    return _result_type()({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
+
+
+def _result_type() -> type:
+    """A dask array whose ``np.asarray`` brings device chunks home too: dask's own ``__array__`` hands
+    the computed cupy array to numpy, which cupy refuses (implicit conversion), so on a GPU cluster
+    ``np.asarray(wb.spmm(...))`` raised where the API says it brings the result home."""
+    global _Result
+    if _Result is None:
+        import dask.array as da
+
+        class KernelResult(da.Array):
+            __slots__ = ()
+
+            def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
+                from .. import backend
+
+                return np.asarray(backend.to_host(self.compute()), dtype=dtype)
+
+        _Result = KernelResult
+    return _Result
+
+
+_Result: type | None = None
 
 
 def move_keys(client: Any, homes: dict[str, Sequence[Any]], timeout: float = 120.0) -> None:
