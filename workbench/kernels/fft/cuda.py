@@ -57,8 +57,12 @@ def box5(a: Any, p: int, q: int) -> Any:
 
 
 def _cupy_fft_into(a: Any, out: Any, st: _Stage) -> None:
+    import cupy as cp
     import cupyx.scipy.fft as cf
 
+    # a chunk of a transposing stage is a strided view: cuFFT gets it contiguous (cupy copies one anyway),
+    # ruling strides out of the CUFFT_EXEC_FAILED the first device run met on such stages (cause not found)
+    a = cp.ascontiguousarray(a)
     if st.kind == "fwd":
         r = cf.fftn(a, axes=st.axes)
     elif st.kind == "bwd":

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend import device_kind, empty, launch, namespace, synchronize
+from ...backend import device_kind, empty, launch, namespace, synchronize, to_device
 from ...partition import block_offsets
 from .cpu import _fft_into
 from .plan import FFTPlan, _rank_box, _rank_coords, _Stage
@@ -40,6 +40,10 @@ def _fft_rank(comm: Any, arg: tuple, plan: FFTPlan) -> tuple[Any, dict]:
                            key=coords[g]) for g in range(d)]
     tr = time.perf_counter()
     a, owned = _load_input(comm, arg, plan)
+    if device_kind() == "gpu" and namespace(a) is np:
+        # a host input's blocks arrive on the host: on a GPU worker they move to the device, or the
+        # whole transform ran FFTW on the worker's cores under stats["backend"] == "gpu" (first device run)
+        a, owned = to_device(a), True
     timers["redistribute_s"] = time.perf_counter() - tr
     xp = namespace(a)
     if a.dtype != plan.work_dtype:
