@@ -57,6 +57,37 @@ def test_gpu_backend_error_names_what_is_missing():
             pass
 
 
+_NUMPY_WITHOUT_ROW_STACK = """
+import sys
+import numpy
+import workbench
+if sys.argv[1] == "drop":
+    del numpy.row_stack          # as numpy 2.5 did: numba-cuda 0.30 overloads it while typing any kernel
+print("problem:", workbench.backend.numba_cuda_problem())
+"""
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_numpy_numba_cuda_cannot_type_with_is_named_before_the_cluster_starts(drop):
+    pytest.importorskip("numba.cuda")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", _NUMPY_WITHOUT_ROW_STACK, "drop" if drop else "keep"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("problem:")][0]
+    if drop:
+        assert "numba-cuda" in line and "row_stack" in line and "numpy < 2.5" in line
+    else:
+        assert line == "problem: None"
+
+
+def test_gpu_backend_refuses_a_numba_cuda_that_cannot_type(monkeypatch):
+    monkeypatch.setattr(backend, "gpu_available", lambda: (True, "ok"))
+    monkeypatch.setattr(backend, "numba_cuda_problem", lambda: "numba-cuda 0.30.4 cannot type kernels (...)")
+    with pytest.raises(RuntimeError, match="backend='gpu' is unavailable: numba-cuda 0.30.4 cannot type"):
+        backend.require_gpu(need_dask_cuda=True)
+
+
 @pytest.mark.parametrize("kw, match", [
     ({"backend": "tpu"}, "backend must be one of"),
     ({"n_workers": 0}, "n_workers"),

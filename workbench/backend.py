@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 import os
 import sys
 import threading
@@ -308,10 +309,38 @@ def gpu_available() -> tuple[bool, str]:
     return True, "ok"
 
 
+@functools.cache
+def numba_cuda_problem() -> str | None:
+    """Why numba-cuda cannot type a device kernel in this environment, or None.
+
+    Loads numba-cuda's typing registries, as its first kernel compile does (no device needed, ~0.7 s):
+    a numpy it does not support breaks there.  On the first device run numba-cuda 0.30.4 met numpy 2.5
+    (which removed ``np.row_stack``) and every kernel failed on the workers with an AttributeError;
+    now a GPU cluster refuses to start and says why.
+    """
+    try:
+        from numba.cuda.descriptor import cuda_target
+    except Exception:
+        return None   # another numba-cuda layout (or the simulator): the kernels' own compile will tell
+    try:
+        cuda_target.typing_context.refresh()
+    except Exception as e:
+        try:
+            version = importlib.metadata.version("numba-cuda")
+        except Exception:
+            version = "?"
+        return (f"numba-cuda {version} cannot type kernels with numpy {np.__version__} "
+                f"({type(e).__name__}: {e}); numba-cuda 0.30 needs numpy < 2.5")
+    return None
+
+
 def require_gpu(need_dask_cuda: bool = False) -> None:
     """Raise a RuntimeError naming what is missing for the GPU backend."""
     ok, why = gpu_available()
     if not ok:
+        raise RuntimeError(f"backend='gpu' is unavailable: {why}")
+    why = numba_cuda_problem()
+    if why is not None:
         raise RuntimeError(f"backend='gpu' is unavailable: {why}")
     if need_dask_cuda:
         for mod, pkg in (("dask_cuda", "dask-cuda"), ("cuda.bindings", "cuda-bindings")):
