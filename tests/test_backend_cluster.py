@@ -272,6 +272,22 @@ def test_gpu_sim_cluster_runs_device_kernels_in_the_simulator(clients):
     assert kind == "cpu" and not sim
 
 
+def test_gpu_workers_spawn_without_numbas_low_occupancy_warning_unless_the_user_chose(monkeypatch):
+    from workbench.cluster import _worker_environ
+
+    key = "distributed.nanny.pre-spawn-environ.NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"
+    monkeypatch.delenv("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", raising=False)
+    with _worker_environ("gpu"):
+        assert dask.config.get(key) == "0"
+    for kind in ("cpu", "gpu-sim"):
+        with _worker_environ(kind):
+            assert dask.config.get(key, None) is None
+    monkeypatch.setenv("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "1")
+    with _worker_environ("gpu"):
+        assert dask.config.get(key, None) is None
+    assert os.environ["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] == "1"
+
+
 def test_gpu_sim_cluster_ignores_another_clusters_values_in_the_environment(monkeypatch):
     # what a CPU cluster's nanny leaves in the client's os.environ when it restarts a lost worker
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")

@@ -74,6 +74,10 @@ def _worker_environ(kind: str) -> Iterator[None]:
     import dask
 
     env = {_backend.ENV_DEVICE: kind, "NUMBA_ENABLE_CUDASIM": "1" if kind == "gpu-sim" else "0"}
+    if kind == "gpu" and "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
+        # launch() sizes each grid to its work (a frontier of 30 vertices gets one block); numba warned on
+        # every such launch: 163 warnings in one run of tools/gpu_validate.py on the first device run
+        env["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
     config: dict[str, Any] = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in env.items()}
     if dask.config.get("distributed.worker.profile.interval") == "10ms":
         # dask's default samples every worker thread's stack 100 times a second, taking the GIL from a rank
