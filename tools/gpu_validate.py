@@ -65,8 +65,9 @@ def _resident(client, x: np.ndarray, axis: int = 0, chunk: int | None = None):
 
     chunks = list(x.shape)
     chunks[axis] = chunk or max(1, -(-x.shape[axis] // len(worker_addresses(client))))
-    d = da.from_array(x, chunks=tuple(chunks)).map_blocks(to_device, dtype=x.dtype)
-    d = client.persist(d)
+    # chunks copied out of this process by their workers (a plain persist ships the array inside the graph)
+    d = wb.partition.persist(da.from_array(x, chunks=tuple(chunks)), client)
+    d = client.persist(d.map_blocks(to_device, dtype=x.dtype))
     wait(d)
     return d
 
