@@ -268,11 +268,12 @@ def _check_twins_in_simulator() -> None:
 
     assert config.ENABLE_CUDASIM, "not in the simulator"
     from workbench.backend import launch
-    from workbench.kernels.coloring import cpu
+    from workbench.kernels.coloring import cpu, ranks
     from workbench.kernels.coloring import cuda as dev
     from workbench.kernels.coloring.ranks import _speculative_first_fit, priority_hash
 
     rng = np.random.default_rng(7)
+    wide_max_default = ranks._WIDE_MAX
     n_loc = 40
     n_lost = max_passes = 0
     for ip1, ix1, ip2, ix2, depth, mids, n_v in _rank_spaces():
@@ -305,6 +306,9 @@ def _check_twins_in_simulator() -> None:
             assert colors[u] == -2 - alone[u]
         rest = np.setdiff1d(np.arange(n_v), todo)
         np.testing.assert_array_equal(colors[rest], fixed[rest])
+        wide = fixed.copy()               # a block per vertex: the same colors
+        launch(dev._first_fit_wide, len(todo) * dev.WIDE, todo, *space, wide, block=dev.WIDE)
+        np.testing.assert_array_equal(wide, colors)
         # the batch's own conflicts: the lower priority of two equal tentative colors loses
         lost = np.zeros(n_loc, bool)
         launch(dev._tentative_losers, len(todo), todo, *space, colors, deg, hsh, gid, True, lost)
@@ -312,15 +316,26 @@ def _check_twins_in_simulator() -> None:
             beaten = [w for w in _constraint_set(u, *space) if colors[w] == colors[u]
                       and (deg[u], hsh[u], gid[u]) < (deg[w], hsh[w], gid[w])]
             assert lost[u] == bool(beaten), u
+        lost_wide = np.zeros(n_loc, bool)
+        launch(dev._tentative_losers_wide, len(todo) * dev.WIDE, todo, *space, colors, deg, hsh, gid, True, lost_wide,
+               block=dev.WIDE)
+        np.testing.assert_array_equal(lost_wide, lost)
         n_lost += int(lost.sum())
-        # the whole device first fit: the batch ends colored, free of conflicts with its constraint sets
-        colors = fixed.copy()
-        lost[:] = False
-        passes = _speculative_first_fit(dev, todo, *space, colors, deg, hsh, gid, True, lost)
-        assert passes >= 1 and not lost.any()
-        max_passes = max(max_passes, passes)
-        for u in todo.tolist():
-            assert colors[u] >= 0 and colors[u] not in {colors[w] for w in _constraint_set(u, *space)}
+        # the whole device first fit, with each pass's kernels (wide for few vertices, narrow for many): the batch
+        # ends colored, free of conflicts with its constraint sets, the same either way
+        ends = []
+        for wide_max in (ranks._WIDE_MAX, 0):
+            ranks._WIDE_MAX = wide_max
+            colors = fixed.copy()
+            lost[:] = False
+            passes = _speculative_first_fit(dev, todo, *space, colors, deg, hsh, gid, True, lost)
+            assert passes >= 1 and not lost.any()
+            max_passes = max(max_passes, passes)
+            for u in todo.tolist():
+                assert colors[u] >= 0 and colors[u] not in {colors[w] for w in _constraint_set(u, *space)}
+            ends.append(colors)
+        ranks._WIDE_MAX = wide_max_default
+        np.testing.assert_array_equal(ends[0], ends[1])
     assert n_lost > 0 and max_passes >= 2             # the conflict path was exercised
     # a constraint set holding colors 0..69: the device first fit looks past its first windows of colors
     n = 72
@@ -329,8 +344,12 @@ def _check_twins_in_simulator() -> None:
     ix = np.arange(1, 71, dtype=np.int64)
     colors = np.full(n, -1, dtype=np.int64)
     colors[1:71] = rng.permutation(70)
+    wide = colors.copy()
     launch(dev._first_fit, 1, np.array([0], dtype=np.int64), ip, ix, ip, ix, 1, False, colors)
     assert colors[0] == -2 - 70
+    launch(dev._first_fit_wide, dev.WIDE, np.array([0], dtype=np.int64), ip, ix, ip, ix, 1, False, wide,
+           block=dev.WIDE)
+    assert wide[0] == -2 - 70
     print("simulator checks passed")
 
 

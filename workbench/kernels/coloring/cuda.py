@@ -22,10 +22,13 @@ This module is imported only on the device path (it imports numba.cuda).
 
 from __future__ import annotations
 
+import numpy as np
 from numba import cuda
 
 _WINDOW = 32                  # colors examined per pass over a constraint set
 _FULL = (1 << _WINDOW) - 1    # a window whose colors are all taken
+#: Threads sharing one vertex in the ``_wide`` kernels (a block per vertex).
+WIDE = 128
 
 _I = "int64[::1]"
 PTX_SIGNATURES = {
@@ -36,6 +39,8 @@ PTX_SIGNATURES = {
                      "boolean[::1])"],
     "_has_remote": [f"void(int64, {_I}, {_I}, {_I}, {_I}, int64, boolean, boolean[::1])"],
 }
+PTX_SIGNATURES["_first_fit_wide"] = PTX_SIGNATURES["_first_fit"]
+PTX_SIGNATURES["_tentative_losers_wide"] = PTX_SIGNATURES["_tentative_losers"]
 
 
 @cuda.jit(device=True, inline="always")  # inlined: a called device function makes compile_ptx look for a driver
@@ -108,6 +113,84 @@ def _tentative_losers(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, color
                 if lost:
                     break
         out[u] = lost
+
+
+# The _wide twins give the same answers with a block per vertex, its threads striding over the vertex's
+# constraint set.  One thread per vertex left a pass waiting on the batch's largest scan: the first device
+# run took 22 s at SCALE 22 (0.32 s at SCALE 16), and a host emulation of the passes puts ~3e7 dependent
+# reads on that critical path at SCALE 22 (max degree x windows of colors, summed over ~300 passes).
+
+
+@cuda.jit
+def _first_fit_wide(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors):  # pragma: no cover - device
+    # _first_fit, a block per vertex: the threads' masks meet in shared memory
+    mask = cuda.shared.array(1, dtype=np.int64)
+    tid, width = cuda.threadIdx.x, cuda.blockDim.x
+    for t in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        u = order[t]
+        base = 0
+        while True:
+            if tid == 0:
+                mask[0] = 0
+            cuda.syncthreads()
+            mine = 0
+            for p in range(ip1[u] + tid, ip1[u + 1], width):
+                m = ix1[p]
+                if depth == 1 or mids_are_vertices:
+                    if m != u:
+                        mine |= _bit(colors[m], base)
+                if depth == 2:
+                    for q in range(ip2[m], ip2[m + 1]):
+                        w = ix2[q]
+                        if w != u:
+                            mine |= _bit(colors[w], base)
+            if mine != 0:
+                cuda.atomic.or_(mask, 0, mine)
+            cuda.syncthreads()
+            seen = mask[0]
+            cuda.syncthreads()            # all have read the mask before thread 0 clears it again
+            if seen != _FULL:
+                break
+            base += _WINDOW
+        if tid == 0:
+            c = base
+            while (seen >> (c - base)) & 1:
+                c += 1
+            colors[u] = -2 - c
+
+
+@cuda.jit
+def _tentative_losers_wide(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid, use_degree,
+                           out):  # pragma: no cover - device
+    # _tentative_losers, a block per vertex: any thread that finds a winner over u raises the block's flag
+    beaten = cuda.shared.array(1, dtype=np.int32)
+    tid, width = cuda.threadIdx.x, cuda.blockDim.x
+    for t in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        u = order[t]
+        cu = colors[u]
+        if tid == 0:
+            beaten[0] = 0
+        cuda.syncthreads()
+        for p in range(ip1[u] + tid, ip1[u + 1], width):
+            if beaten[0] != 0:
+                break
+            m = ix1[p]
+            if depth == 1 or mids_are_vertices:
+                if m != u and colors[m] == cu and _loses(deg[u], deg[m], hsh[u], hsh[m], gid[u], gid[m],
+                                                         use_degree):
+                    beaten[0] = 1
+                    break
+            if depth == 2:
+                for q in range(ip2[m], ip2[m + 1]):
+                    w = ix2[q]
+                    if w != u and colors[w] == cu and _loses(deg[u], deg[w], hsh[u], hsh[w], gid[u], gid[w],
+                                                             use_degree):
+                        beaten[0] = 1
+                        break
+        cuda.syncthreads()
+        if tid == 0:
+            out[u] = beaten[0] != 0
+        cuda.syncthreads()                # thread 0 has read the flag before the next vertex clears it
 
 
 @cuda.jit

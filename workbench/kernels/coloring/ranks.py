@@ -169,15 +169,25 @@ def _speculative_first_fit(dev: Any, todo: Any, ip1: Any, ix1: Any, ip2: Any, ix
     xp = namespace(colors)
     left, passes = todo, 0
     while left.shape[0]:
-        launch(dev._first_fit, left.shape[0], left, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
-        launch(dev._tentative_losers, left.shape[0], left, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
-               deg, hsh, gid, use_degree, lost)
+        # few vertices (the hubs' degree classes, the conflicts' losers): a block per vertex shares its scan;
+        # many (the low-degree classes): a thread each
+        n, wide = left.shape[0], left.shape[0] <= _WIDE_MAX
+        first_fit, losers = (dev._first_fit_wide, dev._tentative_losers_wide) if wide else \
+            (dev._first_fit, dev._tentative_losers)
+        threads, block = (n * dev.WIDE, dev.WIDE) if wide else (n, 256)
+        launch(first_fit, threads, left, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, block=block)
+        launch(losers, threads, left, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
+               deg, hsh, gid, use_degree, lost, block=block)
         again = lost[left]
         colors[left] = xp.where(again, -1, -2 - colors[left])     # tentative -2 - c becomes c
         lost[left] = False
         left = left[again]
         passes += 1
     return passes
+
+
+#: Passes over at most this many vertices take the block-per-vertex kernels (``cuda.WIDE`` threads each).
+_WIDE_MAX = 1 << 15
 
 
 def _degree_class(deg: np.ndarray) -> np.ndarray:
