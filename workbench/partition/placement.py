@@ -11,6 +11,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -177,27 +178,22 @@ def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any
     return _result_type()({f.key: f for f in futures}, names.pop(), chunks, dtype=dtype)
 
 
+@functools.cache
 def _result_type() -> type:
     """A dask array whose ``np.asarray`` brings device chunks home too: dask's own ``__array__`` hands
     the computed cupy array to numpy, which cupy refuses (implicit conversion), so on a GPU cluster
     ``np.asarray(wb.spmm(...))`` raised where the API says it brings the result home."""
-    global _Result
-    if _Result is None:
-        import dask.array as da
+    import dask.array as da
 
-        class KernelResult(da.Array):
-            __slots__ = ()
+    class KernelResult(da.Array):
+        __slots__ = ()
 
-            def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
-                from .. import backend
+        def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
+            from .. import backend
 
-                return np.asarray(backend.to_host(self.compute()), dtype=dtype)
+            return np.asarray(backend.to_host(self.compute()), dtype=dtype)
 
-        _Result = KernelResult
-    return _Result
-
-
-_Result: type | None = None
+    return KernelResult
 
 
 def move_keys(client: Any, homes: dict[str, Sequence[Any]], timeout: float = 120.0) -> None:
