@@ -286,9 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                                speedup_vs_peer=peer["peer_s"] / t if t == t and t > 0 else float("nan"))
                     if "resident_s" in extra:
                         row["resident_speedup_vs_peer"] = peer["peer_s"] / extra["resident_s"]
-                    if ok and "resident_error" in extra:
+                    if "resident_error" in extra:
                         row["ok"] = ok = False
-                        failed += 1
                     failed += not ok
                 except Exception as e:
                     failed += 1
