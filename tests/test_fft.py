@@ -349,6 +349,28 @@ def test_gpu_matches_numpy():
         validate_fft(F.map_blocks(cp.asnumpy, dtype=F.dtype), x, "fwd")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("source", ["host", "resident"])
+def test_gpu_transposing_plans_match_numpy(source):
+    """128^3 takes plans with chunked, pipelined transposes (16x12x10 does not).  On the first device run the
+    resident input failed in cuFFT (CUFFT_EXEC_FAILED) and the host input ran FFTW on the worker's cores."""
+    import cupy as cp
+
+    from workbench.backend import to_device
+
+    x = _data((128, 128, 128), seed=21)
+    with wb.cluster(backend="gpu", quiet=True) as client:
+        xin = x
+        if source == "resident":
+            xin = client.persist(wb.partition.persist(da.from_array(x, chunks=(64, 128, 128)), client)
+                                 .map_blocks(to_device, dtype=x.dtype))
+        F = wb.fftn(xin, client=client)
+        assert F.stats["backend"] == "gpu"
+        assert isinstance(F.blocks[0].compute(), cp.ndarray)      # the transform ran on the device
+        validate_fft(np.asarray(F), x, "fwd")
+        np.testing.assert_allclose(np.asarray(wb.ifftn(F, client=client)), x, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("n_workers", (1, 2, 3))
 def test_distributed_input_is_used_in_place(clients, n_workers):
     """The README's path: wb.distribute(x) once (dense row blocks), then fftn/ifftn/rfftn on it; the slabs are the
