@@ -273,7 +273,6 @@ def _check_twins_in_simulator() -> None:
     from workbench.kernels.coloring.ranks import _speculative_first_fit, priority_hash
 
     rng = np.random.default_rng(7)
-    wide_max_default = ranks._WIDE_MAX
     n_loc = 40
     n_lost = max_passes = 0
     for ip1, ix1, ip2, ix2, depth, mids, n_v in _rank_spaces():
@@ -325,24 +324,21 @@ def _check_twins_in_simulator() -> None:
         n_lost += int(lost.sum())
         # the whole device first fit (a thread per vertex): the batch ends colored, free of conflicts with its
         # constraint sets
-        ranks._WIDE_MAX = 0
         colors = fixed.copy()
         lost[:] = False
-        passes = _speculative_first_fit(dev, todo, *space, colors, deg, hsh, gid, True, lost)
+        passes = _speculative_first_fit(dev, todo, *space, colors, deg, hsh, gid, True, lost, wide_max=0)
         assert passes >= 1 and not lost.any()
         max_passes = max(max_passes, passes)
         for u in todo.tolist():
             assert colors[u] >= 0 and colors[u] not in {colors[w] for w in _constraint_set(u, *space)}
-        ranks._WIDE_MAX = wide_max_default
-        if depth == 1:    # a block per vertex, as small passes take it: the same colors (on part of the batch:
-            part = np.ascontiguousarray(todo[:12])      # the simulator pays ~0.2 ms a thread per barrier)
+        if depth == 1:    # a block per vertex, as small passes take it on a GPU: the same colors (on part of the
+            part = np.ascontiguousarray(todo[:12])    # batch: the simulator pays ~0.2 ms a thread per barrier)
             ends = []
-            for wide_max in (wide_max_default, 0):
-                ranks._WIDE_MAX = wide_max
+            for wide_max in (ranks._WIDE_MAX, 0):
                 ends.append(fixed.copy())
                 lost[:] = False
-                wide_passes = _speculative_first_fit(dev, part, *space, ends[-1], deg, hsh, gid, True, lost)
-            ranks._WIDE_MAX = wide_max_default
+                wide_passes = _speculative_first_fit(dev, part, *space, ends[-1], deg, hsh, gid, True, lost,
+                                                     wide_max=wide_max)
             np.testing.assert_array_equal(ends[0], ends[1])
             assert wide_passes >= 2                      # the losers' path ran
     assert n_lost > 0 and max_passes >= 2             # the conflict path was exercised
