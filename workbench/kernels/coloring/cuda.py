@@ -61,6 +61,49 @@ def _loses(du, dw, hu, hw, gu, gw, use_degree):  # pragma: no cover - device
     return gu < gw
 
 
+@cuda.jit(device=True, inline="always")
+def _taken(u, first, step, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, base):  # pragma: no cover - device
+    # the colors of [base, base + _WINDOW) fixed in u's constraint set, over its entries first, first + step, ...
+    mask = 0
+    for p in range(ip1[u] + first, ip1[u + 1], step):
+        m = ix1[p]
+        if depth == 1 or mids_are_vertices:
+            if m != u:
+                mask |= _bit(colors[m], base)
+        if depth == 2:
+            for q in range(ip2[m], ip2[m + 1]):
+                w = ix2[q]
+                if w != u:
+                    mask |= _bit(colors[w], base)
+    return mask
+
+
+@cuda.jit(device=True, inline="always")
+def _first_free(mask, base):  # pragma: no cover - device
+    # the smallest color >= base whose bit in the window mask is clear
+    c = base
+    while (mask >> (c - base)) & 1:
+        c += 1
+    return c
+
+
+@cuda.jit(device=True, inline="always")
+def _beaten(u, cu, first, step, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid,
+            use_degree):  # pragma: no cover - device
+    # some vertex of u's constraint set (entries first, first + step, ...) holds color cu with priority over u
+    for p in range(ip1[u] + first, ip1[u + 1], step):
+        m = ix1[p]
+        if depth == 1 or mids_are_vertices:
+            if m != u and colors[m] == cu and _loses(deg[u], deg[m], hsh[u], hsh[m], gid[u], gid[m], use_degree):
+                return True
+        if depth == 2:
+            for q in range(ip2[m], ip2[m + 1]):
+                w = ix2[q]
+                if w != u and colors[w] == cu and _loses(deg[u], deg[w], hsh[u], hsh[w], gid[u], gid[w], use_degree):
+                    return True
+    return False
+
+
 @cuda.jit
 def _first_fit(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors):  # pragma: no cover - device
     # speculative first fit: colors[u] = -2 - (smallest color >= 0 not fixed in u's constraint set)
@@ -68,24 +111,11 @@ def _first_fit(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors):  # 
         u = order[t]
         base = 0
         while True:
-            mask = 0
-            for p in range(ip1[u], ip1[u + 1]):
-                m = ix1[p]
-                if depth == 1 or mids_are_vertices:
-                    if m != u:
-                        mask |= _bit(colors[m], base)
-                if depth == 2:
-                    for q in range(ip2[m], ip2[m + 1]):
-                        w = ix2[q]
-                        if w != u:
-                            mask |= _bit(colors[w], base)
+            mask = _taken(u, 0, 1, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, base)
             if mask != _FULL:
                 break
             base += _WINDOW
-        c = base
-        while (mask >> (c - base)) & 1:
-            c += 1
-        colors[u] = -2 - c
+        colors[u] = -2 - _first_free(mask, base)
 
 
 @cuda.jit
@@ -94,25 +124,8 @@ def _tentative_losers(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, color
     # out[u]: some other vertex of u's constraint set holds u's tentative color and has priority over u
     for t in range(cuda.grid(1), order.shape[0], cuda.gridsize(1)):
         u = order[t]
-        cu = colors[u]
-        lost = False
-        for p in range(ip1[u], ip1[u + 1]):
-            m = ix1[p]
-            if depth == 1 or mids_are_vertices:
-                if m != u and colors[m] == cu and _loses(deg[u], deg[m], hsh[u], hsh[m], gid[u], gid[m],
-                                                         use_degree):
-                    lost = True
-                    break
-            if depth == 2:
-                for q in range(ip2[m], ip2[m + 1]):
-                    w = ix2[q]
-                    if w != u and colors[w] == cu and _loses(deg[u], deg[w], hsh[u], hsh[w], gid[u], gid[w],
-                                                             use_degree):
-                        lost = True
-                        break
-                if lost:
-                    break
-        out[u] = lost
+        out[u] = _beaten(u, colors[u], 0, 1, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid,
+                         use_degree)
 
 
 # The _wide twins give the same answers with a block per vertex, its threads striding over the vertex's
@@ -133,17 +146,7 @@ def _first_fit_wide(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
             if tid == 0:
                 mask[0] = 0
             cuda.syncthreads()
-            mine = 0
-            for p in range(ip1[u] + tid, ip1[u + 1], width):
-                m = ix1[p]
-                if depth == 1 or mids_are_vertices:
-                    if m != u:
-                        mine |= _bit(colors[m], base)
-                if depth == 2:
-                    for q in range(ip2[m], ip2[m + 1]):
-                        w = ix2[q]
-                        if w != u:
-                            mine |= _bit(colors[w], base)
+            mine = _taken(u, tid, width, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, base)
             if mine != 0:
                 cuda.atomic.or_(mask, 0, mine)
             cuda.syncthreads()
@@ -153,10 +156,7 @@ def _first_fit_wide(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors)
                 break
             base += _WINDOW
         if tid == 0:
-            c = base
-            while (seen >> (c - base)) & 1:
-                c += 1
-            colors[u] = -2 - c
+            colors[u] = -2 - _first_free(seen, base)
 
 
 @cuda.jit
@@ -171,22 +171,9 @@ def _tentative_losers_wide(order, ip1, ix1, ip2, ix2, depth, mids_are_vertices, 
         if tid == 0:
             beaten[0] = 0
         cuda.syncthreads()
-        for p in range(ip1[u] + tid, ip1[u + 1], width):
-            if beaten[0] != 0:
-                break
-            m = ix1[p]
-            if depth == 1 or mids_are_vertices:
-                if m != u and colors[m] == cu and _loses(deg[u], deg[m], hsh[u], hsh[m], gid[u], gid[m],
-                                                         use_degree):
-                    beaten[0] = 1
-                    break
-            if depth == 2:
-                for q in range(ip2[m], ip2[m + 1]):
-                    w = ix2[q]
-                    if w != u and colors[w] == cu and _loses(deg[u], deg[w], hsh[u], hsh[w], gid[u], gid[w],
-                                                             use_degree):
-                        beaten[0] = 1
-                        break
+        if _beaten(u, cu, tid, width, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors, deg, hsh, gid,
+                   use_degree):
+            beaten[0] = 1
         cuda.syncthreads()
         if tid == 0:
             out[u] = beaten[0] != 0
