@@ -95,22 +95,18 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     stream = wb.bench.stream_triad(client, n=p["stream_n"])["aggregate_gbps"]
     base = {"kernel": "tridiag", "n_workers": P, "profile": profile, "stream_gbps": stream}
     traffic = 5 * n * batch * 8                   # the paper's five arrays
-    paired: list[float] = []
 
-    def stream_now() -> None:
-        paired.append(wb.bench.stream_triad(client, n=p["stream_n"], repeat=3)["aggregate_gbps"])
-
-    def ours_row(t: wb.bench.Timing, lab: dict, headline: bool) -> dict:
+    def timed(fn: Any) -> wb.bench.Timing:
         # two warm-ups: the workers' host pools then hold the buffers that repeated solves cycle through.
         # Each timed solve is paired with a STREAM triad run just before it (this host's STREAM drifts by
         # 1.5x within minutes); the target is the median of the paired fractions
-        pr = paired[-rep:]
-        row = t.row(role="ours" if headline else "extra", speedup=1.0, **lab)
-        row["bandwidth_gbps"] = traffic / t.median / 1e9
-        fr = [traffic / ti / 1e9 / si for ti, si in zip(t.times, pr, strict=True)]
-        row.update(stream_fraction=float(np.median(fr)), stream_fraction_min=float(min(fr)),
-                   stream_fraction_max=float(max(fr)), stream_gbps_paired=float(np.median(pr)),
-                   stream_fraction_unpaired=row["bandwidth_gbps"] / stream, path=t.value.stats["path"],
+        return wb.bench.measure_vs_stream(fn, traffic, client, name="wb.tridiag_solve", warmup=2, repeat=rep,
+                                          stream_n=p["stream_n"], keep_value=True)
+
+    def ours_row(t: wb.bench.Timing, lab: dict, headline: bool) -> dict:
+        row = t.row(role="ours" if headline else "extra", speedup=1.0, stream_gbps_paired=t.row()["stream_gbps"],
+                    **lab)
+        row.update(stream_fraction_unpaired=row["bandwidth_gbps"] / stream, path=t.value.stats["path"],
                    split=t.value.stats["split"], bytes_moved=t.value.stats["bytes_moved"],
                    phases={k: round(v, 4) for k, v in t.value.stats["phase_seconds"].items()})
         if headline:
@@ -121,8 +117,7 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     # ---- batch 16384 x 4096, the README path: gtsv-layout dask arrays chunked along n
     system = gtsv_system(n, batch, client=client, seed=1)
     lab = dict(base, case=f"batch {batch}x{n}", layout="(batch, n) dask, chunked along n", peer_batch=pb)
-    t = wb.bench.measure(lambda: _solve_persisted(system, client), name="wb.tridiag_solve", warmup=2,
-                         repeat=rep, keep_value=True, setup=stream_now)
+    t = timed(lambda: _solve_persisted(system, client))
     ours = ours_row(t, lab, True)
     dl, d, du, b = (np.asarray(a[:pb]) for a in system)
     ab = _banded(dl, d, du)
@@ -148,7 +143,7 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
         system = make()
         fn = (lambda s=system: wb.tridiag_solve(*s, client=client)) if kw is None else \
             (lambda s=system, kw=kw: _solve_persisted(s, client, **kw))
-        t = wb.bench.measure(fn, name="wb.tridiag_solve", warmup=2, repeat=rep, keep_value=True, setup=stream_now)
+        t = timed(fn)
         rows.append(ours_row(t, dict(base, case=f"batch {batch}x{n}", layout=layout), False))
         del system
 

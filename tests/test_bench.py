@@ -51,6 +51,41 @@ def test_probes_on_a_cluster(client):
     assert [r["bytes"] for r in pp] == [8, 1 << 16] and all(r["one_way_s"] > 0 for r in pp)
 
 
+def test_measure_vs_stream_pairs_each_timed_call(client, monkeypatch):
+    # a STREAM run before each timed call, none before the warm-ups; each fraction divides by its own pair
+    events, figures = [], iter([10.0, 20.0, 40.0])
+    real = bench.stream_triad
+
+    def fake_triad(c, *, n, repeat):
+        assert c is client and n == 1 << 16 and repeat == 2
+        events.append("stream")
+        return {"aggregate_gbps": next(figures)}
+
+    monkeypatch.setattr(bench, "stream_triad", fake_triad)
+    t = bench.measure_vs_stream(lambda: events.append("call") or time.sleep(0.002), 1e6, client, warmup=2, repeat=3,
+                                stream_n=1 << 16, stream_repeat=2)
+    assert events == ["call", "call"] + ["stream", "call"] * 3
+    assert t.stream_gbps == [10.0, 20.0, 40.0]
+    want = [1e6 / ti / 1e9 / s for ti, s in zip(t.times, (10.0, 20.0, 40.0), strict=True)]
+    assert t.stream_fractions == pytest.approx(want)
+    row = t.row(kernel="k")
+    assert row["stream_fraction"] == pytest.approx(sorted(want)[1]) and row["stream_gbps"] == 20.0
+    assert row["stream_fraction_min"] == pytest.approx(min(want))
+    assert row["stream_fraction_max"] == pytest.approx(max(want))
+    assert row["bandwidth_gbps"] == pytest.approx(1e6 / t.median / 1e9) and row["kernel"] == "k"
+    assert "stream_fraction" not in bench.measure(lambda: None, repeat=1).row()
+    for kw, name in (({"repeat": 0}, "repeat"), ({"stream_n": 0}, "stream_n"), ({"stream_repeat": 0}, "stream_repeat")):
+        with pytest.raises(ValueError, match=rf"^{name} must"):
+            bench.measure_vs_stream(lambda: None, 1e6, client, **kw)
+    for nbytes in (0, -1.0, "8", True):
+        with pytest.raises(ValueError, match="^nbytes must"):
+            bench.measure_vs_stream(lambda: None, nbytes, client)
+    # the real probe, end to end on the cluster
+    monkeypatch.setattr(bench, "stream_triad", real)
+    t = bench.measure_vs_stream(lambda: None, 8e6, client, warmup=0, repeat=2, stream_n=1 << 18)
+    assert len(t.stream_gbps) == 2 and all(s > 0 for s in t.stream_gbps) and t.row()["stream_fraction"] > 0
+
+
 def test_script_main_runs_a_benchmark_on_its_own_cluster(capsys):
     from workbench.cluster import worker_addresses
 

@@ -30,6 +30,7 @@ __all__ = [
     "Timing",
     "StaleDaskResult",
     "measure",
+    "measure_vs_stream",
     "compare",
     "peer_memory_limit",
     "memory_guard",
@@ -49,6 +50,14 @@ class Timing:
     name: str
     times: list[float]
     value: Any = field(default=None, repr=False)
+    #: :func:`measure_vs_stream` only: bytes one call moves, and the STREAM triad run just before each timed call
+    nbytes: float | None = None
+    stream_gbps: list[float] = field(default_factory=list)
+
+    @property
+    def stream_fractions(self) -> list[float]:
+        """Each timed call's bandwidth (``nbytes / t``) over the STREAM figure measured just before it."""
+        return [self.nbytes / t / 1e9 / s for t, s in zip(self.times, self.stream_gbps, strict=True)]
 
     @property
     def min(self) -> float:
@@ -63,9 +72,17 @@ class Timing:
         return max(self.times)
 
     def row(self, **extra: Any) -> dict:
-        """A tidy row: name, repeats, min/median/max seconds and ``extra``."""
-        return {"name": self.name, "repeats": len(self.times), "min_s": self.min, "median_s": self.median,
-                "max_s": self.max, **extra}
+        """A tidy row: name, repeats, min/median/max seconds and ``extra``; a :func:`measure_vs_stream` timing
+        adds ``bandwidth_gbps`` (at the median time), ``stream_fraction`` (the median of the paired
+        fractions) with its min and max, and ``stream_gbps`` (the median paired STREAM figure)."""
+        row = {"name": self.name, "repeats": len(self.times), "min_s": self.min, "median_s": self.median,
+               "max_s": self.max}
+        if self.stream_gbps:
+            fr = self.stream_fractions
+            row.update(bandwidth_gbps=self.nbytes / self.median / 1e9, stream_fraction=statistics.median(fr),
+                       stream_fraction_min=min(fr), stream_fraction_max=max(fr),
+                       stream_gbps=statistics.median(self.stream_gbps))
+        return {**row, **extra}
 
 
 def _block(value: Any) -> None:
@@ -172,6 +189,40 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
         seen |= keys or set()
     return Timing(label, times, value if keep_value else None)
+
+
+def measure_vs_stream(fn: Callable[[], Any], nbytes: float, client: Any = None, *, name: str | None = None,
+                      warmup: int = 2, repeat: int = 3, stream_n: int = 1 << 25, stream_repeat: int = 3,
+                      keep_value: bool = False) -> Timing:
+    """:func:`measure`, with every timed call paired with a :func:`stream_triad` run just before it.
+
+    A fraction of STREAM divides a kernel's bandwidth (``nbytes`` per call over its time) by the workers'
+    aggregate triad bandwidth.  On a shared host that moves by up to 1.5x within minutes, so a figure taken
+    once at the start of a run can be far from the bus the kernel saw; each pair here runs within a second.
+    The result's :attr:`Timing.stream_fractions` holds the paired fractions, and :meth:`Timing.row`
+    reports their median, as DESIGN rule 8 asks (same run, all workers at once, median iteration).
+    Warm-up calls run without a STREAM pair.
+
+    Examples
+    --------
+    >>> t = wb.bench.measure_vs_stream(lambda: wb.tridiag_solve(*system), 5 * ndof * 8)  # doctest: +SKIP
+    >>> t.row()["stream_fraction"]                                                     # doctest: +SKIP
+    0.52
+    """
+    _check_positive(repeat=repeat, stream_n=stream_n, stream_repeat=stream_repeat)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int | float | np.integer | np.floating) or not nbytes > 0:
+        raise ValueError(f"nbytes must be a positive number of bytes, got {nbytes!r}")
+    streams: list[float] = []
+    calls = [0]
+
+    def pair() -> None:
+        calls[0] += 1
+        if calls[0] > warmup:
+            streams.append(stream_triad(client, n=stream_n, repeat=stream_repeat)["aggregate_gbps"])
+
+    t = measure(fn, name=name, warmup=warmup, repeat=repeat, setup=pair, keep_value=keep_value)
+    t.nbytes, t.stream_gbps = float(nbytes), streams
+    return t
 
 
 # --------------------------------------------------------------------------
