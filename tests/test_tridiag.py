@@ -707,6 +707,28 @@ def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
     assert all(np.array_equal(g, got[0]) for g in got[1:])
 
 
+def test_long_lines_take_narrow_panels_with_the_same_answers(clients):
+    # a long line's blocks (a twelfth of it) would not fit a 64-system panel in cache: the gtsv pass narrows its
+    # panels (48 systems at 12288 rows, a last one of 4 for 100 systems); the answers stay those of the
+    # line-major layout bit for bit
+    import dask.array as da
+
+    from workbench.kernels.tridiag.params import _BATCH_PANEL
+    from workbench.kernels.tridiag.ranks import _panel_width
+
+    client = clients(2)
+    V, n = 100, 12288
+    assert _panel_width(np.array([n // 12])) == 48 < _BATCH_PANEL and _panel_width(np.array([341])) == _BATCH_PANEL
+    assert _panel_width(np.array([10 ** 6])) == 8
+    dl, d, du, b = _system("dominant", n, V, None, seed=5)
+    x = wb.tridiag_solve(*[da.from_array(a, chunks=(V, -(-a.shape[1] // 2))) for a in (dl, d, du, b)], client=client)
+    xt = wb.tridiag_solve(dl.T, d.T, du.T, b.T, axis=0, client=client)
+    assert x.stats["path"] == "fused" and x.stats["gtsv_in_place"] and x.stats["split"] == "line"
+    got = np.asarray(x)
+    _close(got, _oracle(dl, d, du, b))
+    assert np.array_equal(got, np.asarray(xt).T)
+
+
 @pytest.mark.parametrize("n_workers", [2, 3])
 @pytest.mark.parametrize("periodic", [False, True])
 def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, periodic):

@@ -24,6 +24,7 @@ from .cpu import (
 )
 from .params import (
     _BATCH_PANEL,
+    _BATCH_PANEL_BYTES,
     _CHK_SCALE,
     _FUSED_HALOS,
     _FUSED_TILE,
@@ -454,7 +455,7 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
                     r0 += [ra, rb]
                 vs_, ws_, ed_ = (VS, WS, edge) if mine else (np.zeros((H, vn)), np.zeros((H, vn)), np.zeros((4, vn)))
                 cpu.fused_batch_kernel(*blocks, np.array(r0, np.int64), *_i(starts[s0:s1], lens[s0:s1]), xv, vs_,
-                                       ws_, ed_, chk, tau, min(vn, _BATCH_PANEL), _FUSED_WINDOW, H)
+                                       ws_, ed_, chk, tau, min(vn, _panel_width(lens[s0:s1])), _FUSED_WINDOW, H)
                 if prev is None:
                     if not mine:
                         VS[:, v0:v0 + vn], edge[:2, v0:v0 + vn] = vs_, ed_[:2]
@@ -510,6 +511,13 @@ def _solve_fused(comm: Any, arrays: Any, blocks: tuple, cfg: dict, phases: dict,
     phases["fix"] = time.perf_counter() - t
     return x, {"reduced": "truncated", "tau": worst, "engine": _ENGINE_NAMES[local], "path": "fused", "halo": H,
                **probed}
+
+
+def _panel_width(lens: np.ndarray) -> int:
+    """Systems per panel of the gtsv fused pass: the most (up to ``_BATCH_PANEL``, a multiple of 8) whose longest
+    block's four inputs fit ``_BATCH_PANEL_BYTES``, and never fewer than 8 (one vector)."""
+    fit = _BATCH_PANEL_BYTES // (4 * 8 * max(int(np.max(lens)), 1))
+    return int(min(_BATCH_PANEL, max(8, fit // 8 * 8)))
 
 
 def _fused_halo(dl: Any, d: Any, du: Any, rows: int, local: str) -> int | None:
