@@ -709,7 +709,7 @@ def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
 
 def test_long_lines_take_narrow_panels_with_the_same_answers(clients):
     # a long line's blocks (a twelfth of it) would not fit a 64-system panel in cache: the gtsv pass narrows its
-    # panels (48 systems at 12288 rows, a last one of 4 for 100 systems); the answers stay those of the
+    # panels (24 systems at 12288 rows, a last one of 4 for 100 systems); the answers stay those of the
     # line-major layout bit for bit
     import dask.array as da
 
@@ -718,7 +718,7 @@ def test_long_lines_take_narrow_panels_with_the_same_answers(clients):
 
     client = clients(2)
     V, n = 100, 12288
-    assert _panel_width(np.array([n // 12])) == 48 < _BATCH_PANEL and _panel_width(np.array([341])) == _BATCH_PANEL
+    assert _panel_width(np.array([n // 12])) == 24 < _BATCH_PANEL and _panel_width(np.array([341])) == _BATCH_PANEL
     assert _panel_width(np.array([10 ** 6])) == 8
     dl, d, du, b = _system("dominant", n, V, None, seed=5)
     x = wb.tridiag_solve(*[da.from_array(a, chunks=(V, -(-a.shape[1] // 2))) for a in (dl, d, du, b)], client=client)
