@@ -56,7 +56,10 @@ class Timing:
 
     @property
     def stream_fractions(self) -> list[float]:
-        """Each timed call's bandwidth (``nbytes / t``) over the STREAM figure measured just before it."""
+        """Each timed call's bandwidth (``nbytes / t``) over the STREAM figure measured just before it (empty
+        for a timing without STREAM pairs)."""
+        if not self.stream_gbps:
+            return []
         return [self.nbytes / t / 1e9 / s for t, s in zip(self.times, self.stream_gbps, strict=True)]
 
     @property
