@@ -86,6 +86,26 @@ def test_measure_vs_stream_pairs_each_timed_call(client, monkeypatch):
     assert len(t.stream_gbps) == 2 and all(s > 0 for s in t.stream_gbps) and t.row()["stream_fraction"] > 0
 
 
+def test_compare_pairs_ours_with_stream_when_given_its_bytes(client, monkeypatch):
+    # ours alone gets a STREAM run before each timed call; the peers run unpaired
+    events, figures = [], iter([10.0, 30.0, 20.0])
+    monkeypatch.setattr(bench, "stream_triad", lambda c, *, n, repeat: events.append(("stream", n)) or
+                        {"aggregate_gbps": next(figures)})
+    rows = bench.compare(("ours", lambda: events.append("ours") or time.sleep(0.002)),
+                         [("peer", lambda: events.append("peer"))], warmup=1, repeat=3, stream_bytes=4e6,
+                         client=client, stream_n=1 << 16, kernel="k")
+    s = ("stream", 1 << 16)
+    assert events == ["ours", s, "ours", s, "ours", s, "ours"] + ["peer"] * 4
+    ours, peer = rows
+    assert ours["stream_gbps"] == 20.0 and ours["kernel"] == "k" and peer["kernel"] == "k"
+    # each fraction is 4 MB over its own call's time over its own STREAM figure (10, 30 or 20 GB/s)
+    assert 4e6 / ours["max_s"] / 1e9 / 30.0 * (1 - 1e-9) <= ours["stream_fraction_min"]
+    assert ours["stream_fraction_min"] <= ours["stream_fraction"] <= ours["stream_fraction_max"]
+    assert ours["stream_fraction_max"] <= 4e6 / ours["min_s"] / 1e9 / 10.0 * (1 + 1e-9)
+    assert "stream_fraction" not in peer and "stream_fraction" not in bench.compare(
+        ("ours", lambda: None), [], warmup=0, repeat=1)[0]
+
+
 def test_script_main_runs_a_benchmark_on_its_own_cluster(capsys):
     from workbench.cluster import worker_addresses
 

@@ -195,7 +195,7 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
 
 def measure_vs_stream(fn: Callable[[], Any], nbytes: float, client: Any = None, *, name: str | None = None,
                       warmup: int = 2, repeat: int = 3, stream_n: int = 1 << 25, stream_repeat: int = 3,
-                      keep_value: bool = False) -> Timing:
+                      keep_value: bool = False, on_stale: str = "raise") -> Timing:
     """:func:`measure`, with every timed call paired with a :func:`stream_triad` run just before it.
 
     A fraction of STREAM divides a kernel's bandwidth (``nbytes`` per call over its time) by the workers'
@@ -222,7 +222,7 @@ def measure_vs_stream(fn: Callable[[], Any], nbytes: float, client: Any = None, 
         if calls[0] > warmup:
             streams.append(stream_triad(client, n=stream_n, repeat=stream_repeat)["aggregate_gbps"])
 
-    t = measure(fn, name=name, warmup=warmup, repeat=repeat, setup=pair, keep_value=keep_value)
+    t = measure(fn, name=name, warmup=warmup, repeat=repeat, setup=pair, keep_value=keep_value, on_stale=on_stale)
     t.nbytes, t.stream_gbps = float(nbytes), streams
     return t
 
@@ -291,7 +291,8 @@ _ROW_FIELDS = frozenset({"name", "repeats", "min_s", "median_s", "max_s", "role"
 
 
 def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warmup: int = 1, repeat: int = 3,
-            memory_limit_bytes: float | None = None, on_stale: str = "raise", **labels: Any) -> list[dict]:
+            memory_limit_bytes: float | None = None, on_stale: str = "raise", stream_bytes: float | None = None,
+            client: Any = None, stream_n: int = 1 << 25, **labels: Any) -> list[dict]:
     """Time ``ours`` and each peer on the same input in this process.
 
     Returns tidy rows with ``speedup`` = peer median / ours median for each peer
@@ -299,6 +300,10 @@ def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warm
     A peer given as ``(name, fn, need_bytes)`` runs only when its estimated
     memory fits :func:`peer_memory_limit` (or ``memory_limit_bytes``);
     otherwise its row says ``skipped: would need X GiB`` and has no times.
+    With ``stream_bytes`` (the bytes one call of ours moves), ours is timed by
+    :func:`measure_vs_stream` on ``client``'s workers: each timed call paired with
+    a STREAM run of ``stream_n`` elements, and its row carries the paired
+    ``stream_fraction`` (median, min, max) and ``stream_gbps``.
 
     Examples
     --------
@@ -309,7 +314,11 @@ def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warm
     taken = sorted(_ROW_FIELDS.intersection(labels))
     if taken:
         raise ValueError(f"labels {taken} are compare's own row fields; name them otherwise")
-    t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat, on_stale=on_stale)
+    if stream_bytes is None:
+        t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat, on_stale=on_stale)
+    else:
+        t_ours = measure_vs_stream(ours[1], stream_bytes, client, name=ours[0], warmup=warmup, repeat=repeat,
+                                   stream_n=stream_n, on_stale=on_stale)
     rows = [t_ours.row(role="ours", speedup=1.0, **labels)]
     for peer in peers:
         pname, pfn, need = (*peer, None) if len(peer) == 2 else peer
