@@ -191,17 +191,37 @@ def test_tridiag_dask_grid_survives_a_kill(client):
                   lambda x: np.testing.assert_array_equal(np.asarray(x), want))
 
 
+def _holders(client, futures):
+    who = client.who_has(futures)
+    return [sorted(who[f.key]) for f in futures]
+
+
 def test_replicas_survive_without_the_host_copy_and_a_lost_source_is_named(client):
     X = np.arange(600, dtype=np.float64).reshape(200, 3)
     D = wb.distribute(X.copy(), client=client, replicas=2)  # the client keeps no copy
     G = wb.distribute(wb.data.rmat(9, seed=1), client=client)  # the host matrix is gone at once
     assert D.workers[1] == G.workers[1]
+    # Dask's active memory manager drops a key's extra holders; each copy is a key of its own, on another worker
+    client.amm.run_once()
+    time.sleep(0.5)
+    copies = D.lineage.copies
+    assert _holders(client, D.parts) == [[w] for w in D.workers]
+    assert all(len(copies[i]) == 1 and copies[i][0][1] != D.workers[i] for i in range(D.n_parts))
+    assert _holders(client, [copies[i][0][0] for i in range(D.n_parts)]) == [[copies[i][0][1]] for i in range(3)]
     _kill(client, D.workers[1])
     time.sleep(0.5)
     assert repair(D, client) == [1]
     np.testing.assert_array_equal(D.gather(client), X)
     with pytest.raises(comms.WorkerLostError, match=r"partition\(s\) \[1\].*replicas=2"):
         repair(G, client)
+    # the copies the lost worker held were put back: a second loss costs nothing either
+    assert all(c[0][0].status == "finished" and c[0][1] != D.workers[i] for i, c in copies.items())
+    client.wait_for_workers(N_WORKERS, timeout=60)
+    client.amm.run_once()
+    _kill(client, D.workers[0])
+    time.sleep(0.5)
+    assert repair(D, client) == [0]
+    np.testing.assert_array_equal(D.gather(client), X)
     client.wait_for_workers(N_WORKERS, timeout=60)
 
 

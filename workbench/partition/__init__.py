@@ -304,8 +304,12 @@ class HostLineage(Lineage):
     """Partition i is ``cut(prepare(source), i)`` of a host object the client still holds.
 
     Only a weak reference to ``source`` is kept: the container does not keep
-    the client's copy alive.  With ``replicas >= 2`` each partition also lives
-    on other workers; a partition whose copy survived is copied from there.
+    the client's copy alive.  With ``replicas >= 2`` each partition also has
+    ``replicas - 1`` copies on other workers, each under a key of its own
+    (Dask's active memory manager drops extra holders of one key within
+    seconds, so ``client.replicate`` kept them for about two); a lost
+    partition whose copy survived is copied from there, and :func:`repair`
+    puts back the copies a lost worker took with it.
     """
 
     def __init__(self, source: Any, prepare: Callable[[Any], Any], cut: Callable[[Any, int], Any],
@@ -315,16 +319,19 @@ class HostLineage(Lineage):
         except TypeError:  # lists and other objects without weak references
             self.ref = None
         self.prepare, self.cut, self.shape, self.replicas = prepare, cut, tuple(shape), int(replicas)
+        #: per partition, its copies as (future, worker)
+        self.copies: dict[int, list[tuple[Any, str]]] = {}
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "ref": None}  # a weak reference does not travel
+        return {**self.__dict__, "ref": None, "copies": {}}  # a weak reference does not travel, nor do the copies
 
     def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
         out: list = [None] * len(indices)
         from_host = []
-        for k, (f, w) in enumerate(zip(old, workers, strict=True)):
-            if self.replicas > 1 and f is not None and f.status == "finished":  # a copy survived
-                out[k] = client.submit(_same, f, workers=[w], allow_other_workers=False, pure=False)
+        for k, i in enumerate(indices):
+            src = next(((f, w) for f, w in self.copies.get(i, ()) if f.status == "finished"), None)
+            if src is not None:   # a copy survived: the partition comes back from it
+                out[k] = _copies_of(client, [src], [workers[k]])[0]
             else:
                 from_host.append(k)
         if from_host:
@@ -340,9 +347,65 @@ class HostLineage(Lineage):
             data = self.prepare(src)
             for k in from_host:
                 out[k] = _scatter_to(client, self.cut(data, indices[k]), workers[k])
-        if self.replicas > 1:
-            client.replicate(out, n=self.replicas)
         return out
+
+    def short_of_copies(self, parts: list, workers: list[str], alive: set[str] | None = None) -> bool:
+        """Whether a partition has fewer live copies than ``replicas - 1``."""
+        return self.replicas > 1 and any(len(self._live(i, w, alive)) < self.replicas - 1
+                                         for i, w in enumerate(workers))
+
+    def _live(self, i: int, home: str, alive: set[str] | None) -> list[tuple[Any, str]]:
+        return [(f, w) for f, w in self.copies.get(i, ()) if f.status == "finished" and w != home
+                and (alive is None or w in alive)]
+
+    def place_copies(self, client: Any, parts: list, workers: list[str]) -> None:
+        """Give every partition ``replicas - 1`` live copies, each on a worker other than its own and
+        its other copies' (the container's workers first, in order after its own)."""
+        if self.replicas < 2:
+            return
+        alive = worker_addresses(client)
+        pool = list(dict.fromkeys([w for w in workers if w in alive] + alive))
+        srcs, targets, owners = [], [], []
+        for i, home in enumerate(workers):
+            live = self._live(i, home, set(alive))
+            self.copies[i] = live
+            taken = {home} | {w for _, w in live}
+            start = pool.index(home) + 1 if home in pool else 0
+            for w in (pool[start:] + pool[:start]):
+                if len(live) + sum(o == i for o in owners) >= self.replicas - 1:
+                    break
+                if w not in taken:
+                    srcs.append((parts[i], home))
+                    targets.append(w)
+                    owners.append(i)
+                    taken.add(w)
+        for i, f, w in zip(owners, _copies_of(client, srcs, targets), targets, strict=True):
+            self.copies[i].append((f, w))
+
+
+def _copies_of(client: Any, sources: list[tuple[Any, str]], targets: list[str]) -> list:
+    """A copy of each ``(future, its worker)`` on the matching target worker, under a key of its own.  The
+    copy task pulls the source there as its dependency; that second holder of the source's key is then
+    dropped, so the source stays on its own worker alone (were both kept, the active memory manager would
+    drop one of them, perhaps the source's own)."""
+    from distributed import wait
+
+    from .placement import move_keys
+
+    if not sources:
+        return []
+    out = [client.submit(_same, f, workers=[w], allow_other_workers=False, pure=False)
+           for (f, _), w in zip(sources, targets, strict=True)]
+    wait(out, timeout=_COPY_TIMEOUT)
+    homes: dict[str, list] = {}
+    for f, home in sources:
+        homes.setdefault(home, []).append(f.key)
+    move_keys(client, homes)
+    return out
+
+
+#: Seconds a partition's copy may take to reach its worker.
+_COPY_TIMEOUT = 300.0
 
 
 def _same(x: Any) -> Any:
@@ -398,8 +461,7 @@ def _keeps_source(fn: Callable) -> Callable:
         out = fn(obj, client, **kwargs)
         if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
             out.lineage = _host_lineage(out, obj, replicas)
-            if replicas > 1:
-                client.replicate(out.parts, n=replicas)
+            out.lineage.place_copies(client, out.parts, out.workers)
         return out
 
     return wrapper
@@ -639,6 +701,7 @@ def repair(container: RowBlocks | BlockGrid, client: Any = None, *, wait: float 
     alive = worker_addresses(client)
     lost = lost_parts(container, set(alive))
     if not lost:
+        _top_up_copies(container, client, alive)
         return []
     gone = sorted({container.workers[i] for i in lost})
     if container.lineage is None:
@@ -665,7 +728,20 @@ def repair(container: RowBlocks | BlockGrid, client: Any = None, *, wait: float 
     for k in [k for k in container.meta if k.startswith("_")]:
         del container.meta[k]  # kernels' caches hold futures derived from the lost partitions
     container.meta["repaired"] = container.meta.get("repaired", 0) + len(lost)
+    _top_up_copies(container, client, worker_addresses(client))
     return lost
+
+
+def _short_of_copies(container: RowBlocks | BlockGrid, alive: Sequence[str] | None = None) -> bool:
+    lin = container.lineage
+    return isinstance(lin, HostLineage) and lin.short_of_copies(container.parts, container.workers,
+                                                                None if alive is None else set(alive))
+
+
+def _top_up_copies(container: RowBlocks | BlockGrid, client: Any, alive: Sequence[str]) -> None:
+    """Put back the copies (``distribute(..., replicas=)``) that lost workers took with them."""
+    if _short_of_copies(container, alive):
+        container.lineage.place_copies(client, container.parts, container.workers)
 
 
 def spread(container: RowBlocks | BlockGrid, client: Any = None) -> list[int]:
@@ -798,7 +874,7 @@ def resilient(fn: Callable) -> Callable:
         try:
             while True:
                 for c in containers:
-                    if lost_parts(c):
+                    if lost_parts(c) or _short_of_copies(c):
                         repair(c, client)
                     spread(c, client)
                 try:
@@ -887,7 +963,9 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
         caller still holds it (the container keeps a weak reference); with 2
         or more it survives the loss of a worker without the client's copy.
         The extra copies go to other workers of the cluster, which need not
-        be among ``workers`` (kernels run where the first copies are).
+        be among ``workers`` (kernels run where the first copies are); the
+        copies a lost worker held are put back by the next kernel call on the
+        container (or :func:`repair`).
 
     Returns
     -------
