@@ -328,8 +328,9 @@ class HostLineage(Lineage):
     def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
         out: list = [None] * len(indices)
         from_host = []
+        alive = set(worker_addresses(client)) if self.copies else set()
         for k, i in enumerate(indices):
-            src = next(((f, w) for f, w in self.copies.get(i, ()) if f.status == "finished"), None)
+            src = next(((f, w) for f, w in self.copies.get(i, ()) if f.status == "finished" and w in alive), None)
             if src is not None:   # a copy survived: the partition comes back from it
                 out[k] = _copies_of(client, [src], [workers[k]])[0]
             else:
