@@ -329,12 +329,16 @@ class HostLineage(Lineage):
         out: list = [None] * len(indices)
         from_host = []
         alive = set(worker_addresses(client)) if self.copies else set()
+        from_copy, srcs = [], []
         for k, i in enumerate(indices):
             src = next(((f, w) for f, w in self.copies.get(i, ()) if f.status == "finished" and w in alive), None)
             if src is not None:   # a copy survived: the partition comes back from it
-                out[k] = _copies_of(client, [src], [workers[k]])[0]
+                from_copy.append(k)
+                srcs.append(src)
             else:
                 from_host.append(k)
+        for k, f in zip(from_copy, _copies_of(client, srcs, [workers[k] for k in from_copy]), strict=True):
+            out[k] = f
         if from_host:
             src = self.ref() if self.ref is not None else None
             if src is None or tuple(getattr(src, "shape", ())) != self.shape:
@@ -350,7 +354,7 @@ class HostLineage(Lineage):
                 out[k] = _scatter_to(client, self.cut(data, indices[k]), workers[k])
         return out
 
-    def short_of_copies(self, parts: list, workers: list[str], alive: set[str] | None = None) -> bool:
+    def short_of_copies(self, workers: list[str], alive: set[str] | None = None) -> bool:
         """Whether a partition has fewer live copies than ``replicas - 1``."""
         return self.replicas > 1 and any(len(self._live(i, w, alive)) < self.replicas - 1
                                          for i, w in enumerate(workers))
@@ -372,14 +376,11 @@ class HostLineage(Lineage):
             self.copies[i] = live
             taken = {home} | {w for _, w in live}
             start = pool.index(home) + 1 if home in pool else 0
-            for w in (pool[start:] + pool[:start]):
-                if len(live) + sum(o == i for o in owners) >= self.replicas - 1:
-                    break
-                if w not in taken:
-                    srcs.append((parts[i], home))
-                    targets.append(w)
-                    owners.append(i)
-                    taken.add(w)
+            free = [w for w in pool[start:] + pool[:start] if w not in taken]
+            for w in free[:self.replicas - 1 - len(live)]:
+                srcs.append((parts[i], home))
+                targets.append(w)
+                owners.append(i)
         for i, f, w in zip(owners, _copies_of(client, srcs, targets), targets, strict=True):
             self.copies[i].append((f, w))
 
@@ -735,7 +736,7 @@ def repair(container: RowBlocks | BlockGrid, client: Any = None, *, wait: float 
 
 def _short_of_copies(container: RowBlocks | BlockGrid, alive: Sequence[str] | None = None) -> bool:
     lin = container.lineage
-    return isinstance(lin, HostLineage) and lin.short_of_copies(container.parts, container.workers,
+    return isinstance(lin, HostLineage) and lin.short_of_copies(container.workers,
                                                                 None if alive is None else set(alive))
 
 
