@@ -197,6 +197,19 @@ def test_script_without_main_guard_fails_fast_and_says_why(tmp_path):
     assert '__name__ == "__main__"' in run.stderr
 
 
+def test_config_section_lost_to_a_dask_config_block_is_put_back(monkeypatch):
+    # `with dask.config.set(...)` around distributed's first import drops its section on exit; a cluster then
+    # failed with KeyError: 'distributed'.  The defaults come back, values set since stay.
+    from workbench.cluster import _restore_distributed_defaults
+
+    monkeypatch.delitem(dask.config.config, "distributed")
+    monkeypatch.setitem(dask.config.config, "array", {**dask.config.config.get("array", {}), "chunk-size": "7MiB"})
+    _restore_distributed_defaults()
+    assert dask.config.get("distributed.scheduler.allowed-failures") == 3
+    assert dask.config.get("distributed.worker.profile.interval") == "10ms"
+    assert dask.config.get("array.chunk-size") == "7MiB"
+
+
 def test_auto_backend_falls_back_to_cpu():
     if backend.gpu_available()[0]:
         pytest.skip("a GPU is present")

@@ -239,6 +239,24 @@ def _check_not_bootstrapping() -> None:
             "start the cluster under `if __name__ == \"__main__\":` (workers are spawned and import the script)")
 
 
+def _restore_distributed_defaults() -> None:
+    """Put back distributed's config defaults where they are missing.
+
+    ``with dask.config.set(...)`` restores the config it found on entry, so when
+    ``distributed`` is first imported inside such a block, its whole section
+    (registered on import) is gone on exit, and starting a cluster failed with
+    ``KeyError: 'distributed'`` deep inside distributed.  Values set since stay.
+    """
+    import copy
+
+    import dask
+    import distributed  # noqa: F401  (registers its defaults)
+
+    if "distributed" not in dask.config.config:
+        for defaults in dask.config.defaults:
+            dask.config.update(dask.config.config, copy.deepcopy(defaults), priority="old")
+
+
 class Cluster:
     """A Dask cluster (local or existing) and its client.
 
@@ -273,6 +291,7 @@ class Cluster:
         """Start (or connect) and return the ``distributed.Client``; it is closed at interpreter exit."""
         if self.client is not None:
             return self.client
+        _restore_distributed_defaults()
         stack = contextlib.ExitStack()
         try:
             client = self._connect(stack)
