@@ -130,6 +130,29 @@ def test_disconnected_isolated_and_hub(clients):
     assert (iso.parent >= 0).sum() == 1 and iso.stats["edges_traversed"] == 0
 
 
+def _path_with_stored_zeros(n: int) -> sp.csr_matrix:
+    """The path 0-1-...-(n-1) with zeros stored at (0, n-1) and (n-1, 0): a stored zero is no edge."""
+    r = np.arange(n - 1)
+    rows, cols = np.r_[r, r + 1, 0, n - 1], np.r_[r + 1, r, n - 1, 0]
+    vals = np.r_[np.ones(2 * (n - 1)), 0.0, 0.0]
+    return sp.csr_matrix((vals, (rows, cols)), shape=(n, n))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+@pytest.mark.parametrize("n", [6, 64])
+def test_stored_zeros_are_no_edges(clients, n_workers, n):
+    # 1 worker, or every row block starting on a byte (2 workers, n = 64), read the blocks in place and
+    # followed the stored zeros: level[n-1] came out 1
+    client = clients(n_workers)
+    A = _path_with_stored_zeros(n)
+    for G in (A, wb.distribute(A, client=client)):
+        for direction in ("auto", "top-down", "bottom-up"):
+            r = wb.bfs(G, 0, client=client, direction=direction)
+            np.testing.assert_array_equal(r.level, np.arange(n), err_msg=direction)
+            np.testing.assert_array_equal(r.parent, np.r_[0, np.arange(n - 1)], err_msg=direction)
+    assert A.nnz == 2 * n   # the caller's matrix keeps its stored zeros
+
+
 def test_blockgrid_input_and_no_graph_movement(clients, monkeypatch):
     client = clients(2)
     G = wb.distribute(A_RMAT, client=client, partition="2d", grid=(1, 2), symmetric=True)

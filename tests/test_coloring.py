@@ -149,6 +149,17 @@ def test_tie_break_modes(clients, tie_break):
     assert r.stats["tie_break"] == tie_break
 
 
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_stored_zeros_are_no_edges(clients, n_workers):
+    # the path 0-1-2 with zeros stored at (0, 2) and (2, 0): two colors, where following them gave three
+    A = sp.csr_matrix(([1.0, 1, 1, 1, 0, 0], ([0, 1, 1, 2, 0, 2], [1, 0, 2, 1, 2, 0])), shape=(3, 3))
+    for distance in (1, 2):
+        c = wb.color(A, distance=distance, client=clients(n_workers))
+        assert c.n_colors == distance + 1, (distance, c.colors)
+    assert wb.validate_coloring(A, [0, 1, 0], distance=1)
+    assert A.nnz == 6
+
+
 def test_validator_names_offending_pair():
     A = sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]]))
     assert wb.validate_coloring(A, [0, 1, 0], distance=1)

@@ -83,6 +83,7 @@ __all__ = [
     "check_entries",
     "check_symmetric",
     "pattern_symmetric",
+    "edge_pattern",
 ]
 
 
@@ -1127,6 +1128,29 @@ def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]
         fwd = _edge_hash(xp, rows, cols).sum(dtype=xp.uint64)
         bwd = _edge_hash(xp, cols, rows).sum(dtype=xp.uint64)
     return int(fwd), int(bwd), int(rows.shape[0])
+
+
+def edge_pattern(block: Any) -> Any:
+    """A sparse block as host CSR with the edges the graph kernels read: its nonzero entries, a stored zero
+    no edge (the searches and colorings followed stored zeros, where the symmetry checks did not).  The
+    block's own arrays are never changed: one with stored zeros is copied first.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> A = sp.csr_matrix((np.array([1.0, 0.0]), np.array([1, 0]), np.array([0, 1, 2])), shape=(2, 2))
+    >>> edge_pattern(A).nnz, A.nnz
+    (1, 2)
+    """
+    import scipy.sparse as sp
+
+    from ..backend import to_host
+
+    A = sp.csr_matrix(to_host(block))
+    if A.nnz and not A.data.all():
+        A = A.copy()
+        A.eliminate_zeros()
+    return A
 
 
 def pattern_symmetric(A: Any) -> bool:

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from ... import comms
 from ...backend import device_kind, device_namespace, launch, namespace, synchronize, to_host
-from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, distribute
+from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, distribute, edge_pattern
 from . import cpu
 from .rules import _check_block
 
@@ -152,7 +152,7 @@ def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -
     # 1-D with every row block starting on a byte: local column ids are the global ids
     global_cols = L.C == 1 and np.array_equal(col0[:-1], col_pieces[:, 0])
     if identity and global_cols:
-        csr = sp.csr_matrix(to_host(part))
+        csr = edge_pattern(part)
         csr = sp.csr_matrix((np.ones(csr.nnz, np.int8), csr.indices, csr.indptr), shape=(nr, nc))
     else:
         rows, cols = _global_coo(part, comm.rank, src)

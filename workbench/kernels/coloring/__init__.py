@@ -50,6 +50,7 @@ from ...partition import (
     check_one_per_worker,
     check_symmetric,
     distribute,
+    edge_pattern,
     pattern_symmetric,
     resilient,
 )
@@ -241,7 +242,7 @@ def validate_coloring(graph: Any, colors: Any, *, distance: int | str = 1) -> bo
     A = graph.gather() if isinstance(graph, RowBlocks) else graph
     if not sp.issparse(A):
         raise TypeError(f"graph must be a scipy.sparse matrix or RowBlocks, got {type(graph).__name__}")
-    A = sp.csr_matrix(to_host(A))
+    A = edge_pattern(A)
     c = np.asarray(to_host(colors))
     n_target = A.shape[1] if distance == "partial2" else A.shape[0]
     if c.ndim != 1 or c.shape[0] != n_target:

@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...backend import device_kind, launch, namespace, to_device, to_host
-from ...partition import block_offsets, owner_of, splitmix64
+from ...partition import block_offsets, edge_pattern, owner_of, splitmix64
 from .cpu import _find_losers, _first_fit, _has_remote
 
 
@@ -44,7 +44,7 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     """
     t0 = time.perf_counter()
     # The setup is sparse host work (scipy); a device block is brought over once.
-    A = sp.csr_matrix(to_host(block))
+    A = edge_pattern(block)
     A.indices = A.indices.astype(np.int64, copy=False)
     A.indptr = A.indptr.astype(np.int64, copy=False)
     rlo = int(row_offsets[comm.rank])
