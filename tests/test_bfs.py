@@ -151,6 +151,12 @@ def test_stored_zeros_are_no_edges(clients, n_workers, n):
             np.testing.assert_array_equal(r.level, np.arange(n), err_msg=direction)
             np.testing.assert_array_equal(r.parent, np.r_[0, np.arange(n - 1)], err_msg=direction)
     assert A.nnz == 2 * n   # the caller's matrix keeps its stored zeros
+    # the validator and the search keys read the same edges: with 0-1 an edge and zeros stored at (0, 2),
+    # (2, 0), vertex 2 is no child of 0, and a vertex with stored zeros only has no edge to start from
+    B = sp.csr_matrix(([1.0, 1, 0, 0], ([0, 1, 0, 2], [1, 0, 2, 0])), shape=(3, 3))
+    assert not wb.validate_bfs(B, np.array([0, 0, 0]), source=0).ok
+    assert wb.validate_bfs(B, np.array([0, 0, -1]), source=0).ok
+    np.testing.assert_array_equal(wb.data.search_keys(B, 3, seed=1), [0, 1])
 
 
 def test_blockgrid_input_and_no_graph_movement(clients, monkeypatch):

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..backend import unique_sorted
-from ..partition import resilient
+from ..partition import edge_pattern, resilient
 from .datasets import SPATSTAT_PATTERNS, PointPattern, digits, spatstat_data_dir, spatstat_names, spatstat_pattern
 from .loaders import load_edgelist, load_mtx, mtx_header
 from .sparse import check_seed, random_sparse, random_sparse_bytes  # noqa: F401  (seeded sparse generator, memory linear in nnz)
@@ -245,7 +245,7 @@ def search_keys(degrees_or_graph: Any, n: int = 64, seed: int = 0) -> np.ndarray
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     check_seed(seed)
     if sp.issparse(degrees_or_graph):
-        deg = np.diff(degrees_or_graph.tocsr().indptr)
+        deg = np.diff(edge_pattern(degrees_or_graph).indptr)   # a stored zero is no edge
     else:
         deg = np.asarray(degrees_or_graph)
     candidates = np.flatnonzero(deg > 0)

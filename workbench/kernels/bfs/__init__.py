@@ -60,6 +60,7 @@ from ...partition import (
     RowBlocks,
     check_entries,
     check_one_per_worker,
+    edge_pattern,
     grid_shape,
     pattern_symmetric,
     resilient,
@@ -319,7 +320,7 @@ def validate_bfs(graph: Any, result: Any, source: int | None = None, *,
         graph = graph.gather()
     if not sp.issparse(graph):
         raise TypeError(f"graph must be a scipy sparse matrix or a graph container, got {type(graph).__name__}")
-    A = sp.csr_matrix(graph)
+    A = edge_pattern(graph)
     parent = np.asarray(getattr(result, "parent", result), dtype=np.int64)
     if source is None and not hasattr(result, "source"):
         raise ValueError("source is required when result is a plain parent array")
