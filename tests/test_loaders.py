@@ -229,3 +229,68 @@ def test_nan_values_read_alike_on_host_and_workers(tmp_path, clients):
     dist = wb.data.load_mtx(path, client=clients(2)).gather().toarray()
     assert np.isnan(host[0, 1]) and host[2, 0] == 2.0
     np.testing.assert_array_equal(dist, host)
+
+
+def _with_comment_first_in_rank(head: str, lines: list[str], comment: str, base: int, ranks: int) -> str:
+    """``head + lines`` with ``comment`` inserted where it is the first line of the last rank's byte range."""
+    for k in range(1, len(lines)):
+        text = head + "".join(lines[:k]) + comment + "".join(lines[k:])
+        cut = base + (len(text) - base) * (ranks - 1) // ranks
+        start = len(head) + len("".join(lines[:k]))
+        if start - len(lines[k - 1]) < cut <= start:
+            return text
+    raise AssertionError("no placement")
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+def test_indented_comment_lines_are_skipped(tmp_path, clients, n_workers):
+    # pandas skips a comment line only when the mark starts it: an indented one first in a worker's byte range
+    # dropped that worker's entries without a word (edge list) or miscounted them (mtx); elsewhere it raised
+    client = clients(n_workers)
+    edges = [f"{k} {k + 1}\n" for k in range(100)]
+    path = tmp_path / "indented.txt"
+    path.write_text(_with_comment_first_in_rank("# SNAP header\n", edges, "   # indented\n", 0, max(n_workers, 2)))
+    for c in (None, client):
+        A = wb.data.load_edgelist(path, client=c)
+        A = A if c is None else A.gather()
+        assert A.shape == (101, 101) and A.nnz == 200
+    head = "%%MatrixMarket matrix coordinate real general\n101 101 100\n"
+    path = tmp_path / "indented.mtx"
+    entries = [f"{k + 1} {k + 2} 1.0\n" for k in range(100)]
+    path.write_text(_with_comment_first_in_rank(head, entries, " \t% note\n", len(head), max(n_workers, 2)))
+    want = sp.csr_matrix((np.ones(100), (np.arange(100), np.arange(1, 101))), shape=(101, 101))
+    _same(wb.data.load_mtx(path), want)
+    _same(wb.data.load_mtx(path, client=client).gather(), want)
+
+
+@pytest.mark.parametrize("text", [
+    "%%MATRIXMARKET MATRIX COORDINATE REAL GENERAL\n2 2 1\n1 2 3.0\n",
+    "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 2 +3.0\n",
+    "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 2 3.0\n% a note among the entries\n2 1 4.0\n",
+    "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 2 3.0 ",
+], ids=["upper-case-banner", "plus-sign", "comment-among-entries", "last-line-blank-no-newline"])
+def test_host_and_workers_read_a_file_alike(tmp_path, clients, text):
+    # the host path was scipy.io.mmread: it refused the first three (and crashed the process on the last)
+    path = tmp_path / "alike.mtx"
+    path.write_bytes(text.encode())
+    host = wb.data.load_mtx(path)
+    _same(host, wb.data.load_mtx(path, client=clients(2)).gather())
+    assert host[0, 1] == 3.0
+
+
+def test_host_reads_xz_and_refuses_what_the_workers_refuse(tmp_path, clients):
+    import lzma
+
+    path = tmp_path / "m.mtx.xz"
+    path.write_bytes(lzma.compress(b"%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 2 3\n"))
+    A = wb.data.load_mtx(path)
+    assert A.dtype == np.int64 and A[0, 1] == 3
+    floats = tmp_path / "float_in_integer.mtx"
+    floats.write_text("%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 2 1.5\n")
+    for client in (None, clients(2)):
+        with pytest.raises(ValueError, match="float_in_integer.mtx"):
+            wb.data.load_mtx(floats, client=client)
+    words = tmp_path / "words.mtx"
+    words.write_text("%%MatrixMarket matrix coordinate real general\nfive 5 1\n1 1 1.0\n")
+    with pytest.raises(ValueError, match="words.mtx: bad size line"):
+        wb.data.mtx_header(words)
