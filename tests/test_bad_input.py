@@ -252,6 +252,8 @@ FFT = [
     Case("norm", lambda c, d: wb.fftn(d.x3, norm="unitary", client=c), ValueError, r"\bnorm\b"),
     Case("strings", lambda c, d: wb.fftn(d.x3.astype(str), client=c), (TypeError, ValueError), r"\bx\b"),
     Case("empty", lambda c, d: wb.fftn(np.zeros((0, 4, 4)), client=c), ValueError, r"\bx\b|points"),
+    Case("unknown-chunks", lambda c, d: wb.fftn(_dask(d.x3.ravel(), 64)[_dask(d.x3.ravel(), 64) > 0.5], client=c),
+         ValueError, r"\bx\b.*unknown chunk sizes"),
     Case("s<0", lambda c, d: wb.fftn(d.x3, s=(-1, 8, 4), client=c), ValueError, r"\bs\b"),
     Case("s-length", lambda c, d: wb.fftn(d.x3, s=(8, 8), axes=(0, 1, 2), client=c), ValueError, r"\bs\b"),
     Case("scalar", lambda c, d: wb.ifftn(np.float64(1.0), client=c), ValueError, r"\bx\b"),

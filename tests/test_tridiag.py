@@ -166,6 +166,23 @@ def test_compact_derivative_names_its_bad_arguments(clients):
             np.asarray(wb.compact_derivative(kind(f), 0.1, client=client))
 
 
+@pytest.mark.parametrize("bad", [0, 16, 38])
+def test_workers_name_non_finite_rows_in_the_callers_indices(clients, bad):
+    # the workers find a dask input's NaN: dl's rows were named one too high (the padded row, past dl's end at
+    # the last one)
+    import dask.array as da
+
+    n = 40
+    for name, pos in (("dl", 0), ("du", 2), ("b", 3)):
+        args = [np.ones(n - 1), np.full(n, 4.0), np.ones(n - 1), np.ones(n)]
+        args[pos][bad] = np.nan
+        args[pos] = da.from_array(args[pos], chunks=13)
+        with pytest.raises(ValueError, match=f"^{name} has non-finite") as e:
+            np.asarray(wb.tridiag_solve(*args, client=clients(2)))
+        lo, hi = (int(v) for v in str(e.value).rsplit(" ", 1)[1].split(".."))
+        assert lo <= bad <= hi <= len(args[pos]) - 1, str(e.value)
+
+
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
 def test_periodic_against_dense(clients, n_workers):
     client = clients(n_workers)

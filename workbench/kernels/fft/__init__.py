@@ -245,6 +245,9 @@ def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: An
     ndim = x.ndim
     if ndim == 0:
         raise ValueError("x must have at least one dimension")
+    if any(math.isnan(v) for v in x.shape):
+        raise ValueError(f"x has unknown chunk sizes (shape {x.shape}, e.g. after boolean indexing): call "
+                         "x.compute_chunk_sizes() first")
     if s is not None:
         try:
             s = tuple(int(v) for v in s)

@@ -551,8 +551,11 @@ def _raise_if_bad(chk: Any, arrays: tuple, lo: int, starts: np.ndarray, lens: np
     for nm, arr in zip(("dl", "d", "du", "b"), arrays, strict=True):
         if not bool(namespace(arr).isfinite(arr[a:z]).all()):
             name, rows, reach = where.get(nm, (nm, "in rows", 0))
-            raise ValueError(f"{name} has non-finite entries (NaN or inf) {rows} {max(lo + a - reach, 0)}.."
-                             f"{min(lo + z - 1 + reach, cfg['n'] - 1)}")
+            # in the caller's indices: row i's sub-diagonal entry is dl[i - 1], and dl, du hold n - 1 entries
+            off = int(nm == "dl" and not cfg["periodic"])
+            last = cfg["n"] - 1 - int(nm in ("dl", "du") and not cfg["periodic"])
+            raise ValueError(f"{name} has non-finite entries (NaN or inf) {rows} {max(lo + a - reach - off, 0)}.."
+                             f"{min(lo + z - 1 + reach - off, last)}")
     raise np.linalg.LinAlgError(
         f"zero pivot in the elimination of rows {lo + a}..{lo + z - 1}: the system is singular or needs "
         "pivoting (tridiag_solve does not pivot; diagonally dominant or SPD systems never need it)")
