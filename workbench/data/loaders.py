@@ -39,6 +39,9 @@ import scipy.sparse as sp
 
 __all__ = ["load_mtx", "load_edgelist", "mtx_header"]
 
+#: Reads started again when a worker is lost in the middle of one.
+_READ_RETRIES = 2
+
 #: Decompressed bytes per block of lines dealt round-robin to the ranks (compressed inputs only).
 COMPRESSED_BLOCK = 4 << 20
 
@@ -295,6 +298,54 @@ def _addresses(client: Any, workers: Sequence[str] | None) -> tuple[Any, list[st
     return client, addrs
 
 
+def _with_retries(read: Any, client: Any, addrs: list[str], fixed: bool) -> tuple[list[str], Any]:
+    """``(workers, read(workers))``, reading again on the workers there are when one was lost mid-read
+    (a nanny replaces it in seconds); workers the caller named are not swapped for others."""
+    from .. import comms
+    from ..partition import await_workers
+
+    for attempt in range(_READ_RETRIES + 1):
+        try:
+            return addrs, read(addrs)
+        except comms.WorkerLostError:
+            if fixed or attempt == _READ_RETRIES:
+                raise
+            addrs = await_workers(client, len(addrs))
+            if not addrs:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _mtx_part(path: str, header: dict, symmetrize: bool, size: int, lo: int, hi: int) -> sp.csr_matrix:
+    """Rows ``lo..hi`` of a Matrix Market file read on ``size`` workers, rebuilt alone on one (the lineage
+    of a partition lost with its worker): every rank's share parsed and its rows picked in rank order, as
+    the read routed them, so the block is the same, bit for bit (duplicates summed in the same order)."""
+    picked = []
+    for q in range(size):
+        i, j, v, _ = _mtx_entries(_rank_text(path, q, size, header["data_start"]), header, path)
+        if symmetrize:
+            i, j, v = _graph_pattern(i, j, True)
+        keep = (i >= lo) & (i < hi)
+        picked.append((i[keep], j[keep], v[keep]))
+    i, j, v = (np.concatenate([p[k] for p in picked]) for k in range(3))
+    return _csr_block(i - lo, j, v, (hi - lo, header["shape"][1]), pattern=symmetrize)
+
+
+def _edge_part(path: str, n_vertices: int, symmetrize: bool, comments: str, zero_based: bool, size: int, lo: int,
+               hi: int) -> sp.csr_matrix:
+    """Rows ``lo..hi`` of an edge list read on ``size`` workers, rebuilt alone (see :func:`_mtx_part`)."""
+    picked = []
+    for q in range(size):
+        src, dst = _parse_columns(_rank_text(path, q, size, 0), 2, (np.int64, np.int64), comments, path)
+        if not zero_based:
+            src, dst = src - 1, dst - 1
+        i, j, v = _graph_pattern(src, dst, symmetrize)
+        keep = (i >= lo) & (i < hi)
+        picked.append((i[keep], j[keep], v[keep]))
+    i, j, v = (np.concatenate([p[k] for p in picked]) for k in range(3))
+    return _csr_block(i - lo, j, v, (hi - lo, n_vertices), pattern=True)
+
+
 def _read_distributed(body: Any, args: tuple, client: Any, addrs: list[str], name: str) -> tuple[list, list]:
     from .. import comms
 
@@ -369,17 +420,24 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
     if header["format"] != "coordinate":
         raise ValueError(f"{path}: distributed reading needs a coordinate Matrix Market file "
                          f"(this one is dense 'array' format); read it without client= and wb.distribute it")
-    from ..partition import RowBlocks, block_offsets
+    from ..partition import RowBlocks, TaskLineage, block_offsets
 
     client, addrs = _addresses(client, workers)
-    offsets = block_offsets(header["shape"][0], len(addrs))
-    parts, infos = _read_distributed(_mtx_rank, (path, header, symmetrize, offsets), client, addrs, "mtx")
+
+    def read(addrs: list[str]) -> tuple:
+        offsets = block_offsets(header["shape"][0], len(addrs))
+        return offsets, *_read_distributed(_mtx_rank, (path, header, symmetrize, offsets), client, addrs, "mtx")
+
+    addrs, (offsets, parts, infos) = _with_retries(read, client, addrs, fixed=workers is not None)
     read = sum(i["entries_read"] for i in infos)
     _check_count(path, header, read)
     dtype = np.dtype(np.float64) if symmetrize else _mtx_dtype(header["field"])
     symmetric = True if symmetrize or header["symmetry"] == "symmetric" else None
+    size = len(addrs)
     return RowBlocks(parts, offsets, tuple(header["shape"]), dtype, addrs, kind="csr",
                      nnz=sum(i["nnz"] for i in infos), symmetric=symmetric,
+                     lineage=TaskLineage(_mtx_part, [(path, header, symmetrize, size, int(offsets[r]),
+                                                      int(offsets[r + 1])) for r in range(size)]),
                      meta={"loader": "mtx", "path": os.path.abspath(path), "symmetrize": symmetrize,
                            "entries_read": read, "bytes_moved": sum(i["bytes_sent"] for i in infos)})
 
@@ -437,14 +495,17 @@ def load_edgelist(path: str | os.PathLike, *, n: int | None = None, symmetrize: 
             raise ValueError(f"{path}: vertex id {hi_id} does not fit n={n_vertices}")
         i, j, v = _graph_pattern(src, dst, symmetrize)
         return _csr_block(i, j, v, (n_vertices, n_vertices), pattern=True)
-    from ..partition import RowBlocks
+    from ..partition import RowBlocks, TaskLineage
 
     client, addrs = _addresses(client, workers)
-    parts, infos = _read_distributed(_edge_rank, (path, n, symmetrize, comments, zero_based), client, addrs,
-                                     "edgelist")
-    n_vertices = infos[0]["n"]
-    return RowBlocks(parts, infos[0]["offsets"], (n_vertices, n_vertices), np.dtype(np.float64), addrs, kind="csr",
+    addrs, (parts, infos) = _with_retries(
+        lambda addrs: _read_distributed(_edge_rank, (path, n, symmetrize, comments, zero_based), client, addrs,
+                                        "edgelist"), client, addrs, fixed=workers is not None)
+    n_vertices, offsets, size = infos[0]["n"], infos[0]["offsets"], len(addrs)
+    return RowBlocks(parts, offsets, (n_vertices, n_vertices), np.dtype(np.float64), addrs, kind="csr",
                      nnz=sum(i["nnz"] for i in infos), symmetric=True if symmetrize else None,
+                     lineage=TaskLineage(_edge_part, [(path, n_vertices, symmetrize, comments, zero_based, size,
+                                                       int(offsets[r]), int(offsets[r + 1])) for r in range(size)]),
                      meta={"loader": "edgelist", "path": os.path.abspath(path), "symmetrize": symmetrize,
                            "entries_read": sum(i["entries_read"] for i in infos),
                            "bytes_moved": sum(i["bytes_sent"] for i in infos)})

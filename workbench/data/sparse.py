@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -163,7 +164,7 @@ def random_sparse(shape: Sequence[int], density: float, seed: int = 0, client: A
     if client is None and workers is None:
         return random_sparse_rows((m, n), density, seed, 0, m, values=values, dtype=dtype)
     from ..cluster import default_client, worker_addresses
-    from ..partition import RowBlocks, block_offsets
+    from ..partition import RowBlocks, TaskLineage, block_offsets
 
     client = default_client(client)
     addrs = list(workers) if workers is not None else worker_addresses(client)
@@ -175,6 +176,11 @@ def random_sparse(shape: Sequence[int], density: float, seed: int = 0, client: A
              for r, w in enumerate(addrs)]
     nnz = sum(client.gather([client.submit(getattr, f, "nnz", workers=[w], pure=False)
                              for f, w in zip(parts, addrs, strict=True)]))
+    # a lost partition is generated again from its seed, alone (the same rows, bit for bit)
+    lineage = TaskLineage(functools.partial(random_sparse_rows, values=values, dtype=dtype),
+                          [((m, n), density, int(seed), int(offsets[r]), int(offsets[r + 1]))
+                           for r in range(len(addrs))])
     return RowBlocks(parts, offsets, (m, n), np.dtype(dtype), addrs, kind="csr", nnz=int(nnz), symmetric=False,
+                     lineage=lineage,
                      meta={"generator": "random_sparse", "density": float(density), "seed": int(seed),
                            "values": values})
