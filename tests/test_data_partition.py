@@ -373,3 +373,14 @@ def test_blocks_doubled_up_by_a_repair_spread_again(clients, monkeypatch):
     assert client.who_has([G.parts[2]])[key] == (G.workers[2],)
     assert wb.validate_bfs(A, r).ok
     assert spread(G, client) == []
+
+
+@pytest.mark.parametrize("replicas, hint", [(1, "replicas=2"), (2, "every one of their 2 copies was lost too")])
+def test_a_partition_with_no_holder_left_says_why(replicas, hint):
+    # with replicas=2 the message told the caller to use replicas=2
+    from workbench.comms import WorkerLostError
+    from workbench.partition import HostLineage
+
+    lineage = HostLineage([1.0], lambda s: s, lambda s, i: s, (1,), replicas=replicas)  # a list: no weak reference
+    with pytest.raises(WorkerLostError, match=hint):
+        lineage.rebuild(None, [0], ["tcp://w"], [None])

@@ -346,10 +346,14 @@ class HostLineage(Lineage):
                 from ..comms import WorkerLostError
 
                 why = "is gone" if src is None else f"changed shape to {getattr(src, 'shape', None)}"
-                raise WorkerLostError(
-                    f"partition(s) {[indices[k] for k in from_host]} were lost with their worker and the host "
-                    f"object they were distributed from {why}; keep the object while you use the container, "
-                    f"or distribute with replicas=2")
+                lost = [indices[k] for k in from_host]
+                if self.replicas > 1:   # every holder of these partitions was lost
+                    hint = (f"every one of their {self.replicas} copies was lost too; keep the object while you "
+                            f"use the container, or distribute with more replicas than workers you may lose")
+                else:
+                    hint = "keep the object while you use the container, or distribute with replicas=2"
+                raise WorkerLostError(f"partition(s) {lost} were lost with their worker and the host object they "
+                                      f"were distributed from {why}; {hint}")
             data = self.prepare(src)
             for k in from_host:
                 out[k] = _scatter_to(client, self.cut(data, indices[k]), workers[k])
