@@ -181,6 +181,41 @@ def test_read_and_sampled_containers_rebuild_a_lost_partition(client, tmp_path):
     client.wait_for_workers(N_WORKERS, timeout=60)
 
 
+def test_distribute_places_the_data_again_when_a_worker_is_lost_meanwhile(client):
+    # a worker lost while distribute placed the blocks ended it with Dask's own errors (a cancelled future,
+    # "No valid workers found" after 30-60 s); and gather() of a container that had lost a partition raised
+    from concurrent.futures import CancelledError
+
+    from workbench.partition import _keeps_source
+
+    X = np.arange(3000.0).reshape(1000, 3)
+    calls = []
+
+    def distribute(obj, client=None, **kwargs):   # the real one, after a first try that loses a worker
+        calls.append(len(worker_addresses(client)))
+        if len(calls) == 1:
+            gone = worker_addresses(client)[1]
+            _kill(client, gone)
+            deadline = time.monotonic() + 60
+            while gone in worker_addresses(client) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise CancelledError("a block's worker left")
+        return wb.distribute.__wrapped__(obj, client, **kwargs)
+
+    with pytest.warns(WorkerLostWarning, match="placing it again"):
+        D = _keeps_source(distribute)(X, client)
+    assert len(calls) == 2 and D.n_parts == N_WORKERS
+    np.testing.assert_array_equal(D.gather(client), X)
+    client.wait_for_workers(N_WORKERS, timeout=60)
+    _kill(client, D.workers[2])
+    time.sleep(0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkerLostWarning)
+        np.testing.assert_array_equal(D.gather(client), X)   # repaired first, from the caller's array
+    assert D.meta["repaired"] >= 1
+    client.wait_for_workers(N_WORKERS, timeout=60)
+
+
 def assert_valid_coloring(A, c):
     coo = sp.triu(A, 1).tocoo()
     assert (c.colors >= 0).all() and not (c.colors[coo.row] == c.colors[coo.col]).any()

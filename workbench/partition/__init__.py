@@ -175,7 +175,7 @@ class RowBlocks:
     def gather(self, client: Any = None) -> Any:
         """Bring the whole container to the client (explicit, for checks only)."""
         client = default_client(client)
-        blocks = client.gather(list(self.parts))
+        blocks = _gather_whole(self, client, lambda: list(self.parts))
         if self.kind == "csr":
             import scipy.sparse as sp
 
@@ -235,7 +235,9 @@ class BlockGrid:
         from ..backend import to_host
 
         client = default_client(client)
-        rows = [[to_host(b) for b in client.gather(list(row))] for row in self.blocks]
+        got = _gather_whole(self, client, lambda: [f for row in self.blocks for f in row])
+        C = self.grid[1]
+        rows = [[to_host(b) for b in got[i * C:(i + 1) * C]] for i in range(self.grid[0])]
         if self.kind == "csr":
             return sp.bmat(rows, format="csr")
         return np.block(rows)
@@ -411,6 +413,9 @@ def _copies_of(client: Any, sources: list[tuple[Any, str]], targets: list[str]) 
     return out
 
 
+#: Times :func:`distribute` places the data again after a worker was lost while it did.
+_DISTRIBUTE_RETRIES = 2
+
 #: Seconds a partition's copy may take to reach its worker.
 _COPY_TIMEOUT = 300.0
 
@@ -465,11 +470,32 @@ def _keeps_source(fn: Callable) -> Callable:
             return fn(obj, client, **kwargs)
         client = _check_distribute(obj, client, **kwargs)
         _check_fits(client, _host_nbytes(obj) * replicas, kwargs.get("workers"), kwargs.get("n_parts"), "the data")
-        out = fn(obj, client, **kwargs)
-        if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
-            out.lineage = _host_lineage(out, obj, replicas)
-            out.lineage.place_copies(client, out.parts, out.workers)
-        return out
+        start = set(worker_addresses(client))
+        for attempt in range(_DISTRIBUTE_RETRIES + 1):
+            try:
+                out = fn(obj, client, **kwargs)
+                if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
+                    out.lineage = _host_lineage(out, obj, replicas)
+                    out.lineage.place_copies(client, out.parts, out.workers)
+                return out
+            except Exception as e:
+                # a worker lost while the blocks travel shows as Dask's own errors (a cancelled future, "No
+                # valid workers found"): place them again on the workers there are, from the caller's object
+                try:
+                    lost = sorted(start - set(worker_addresses(client)))
+                except Exception:
+                    lost = []
+                if not lost:
+                    raise
+                from ..comms import WorkerLostError
+
+                if kwargs.get("workers") is not None or attempt == _DISTRIBUTE_RETRIES:
+                    raise WorkerLostError(f"worker(s) {lost} left the cluster while {fn.__name__}() placed the "
+                                          f"data on them ({e.__class__.__name__}: {e})") from e
+                warnings.warn(WorkerLostWarning(f"worker(s) {lost} left the cluster while {fn.__name__}() "
+                                                f"placed the data; placing it again"), stacklevel=2)
+                start = set(await_workers(client, len(start)))
+        raise AssertionError("unreachable")
 
     return wrapper
 
@@ -642,6 +668,22 @@ def _part_nbytes(c: RowBlocks | BlockGrid, i: int) -> int:
     if c.kind == "csr":
         return int((c.nnz or 0) * rows / max(1, c.shape[0]) * (item + 8) + 8 * rows)
     return rows * int(np.prod(c.shape[1:], dtype=np.int64)) * item
+
+
+def _gather_whole(c: RowBlocks | BlockGrid, client: Any, parts: Callable[[], list]) -> list:
+    """The container's partitions on the client, repairing it first (in place, from its lineage) when one
+    was lost with its worker, as a kernel call would."""
+    from concurrent.futures import CancelledError
+
+    for attempt in range(2):
+        if lost_parts(c):
+            repair(c, client)
+        try:
+            return client.gather(parts())
+        except CancelledError:
+            if attempt or not lost_parts(c, set(worker_addresses(client))):
+                raise
+    raise AssertionError("unreachable")
 
 
 def lost_parts(c: RowBlocks | BlockGrid, alive: set[str] | None = None) -> list[int]:
