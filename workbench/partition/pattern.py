@@ -1,0 +1,97 @@
+"""Sparsity patterns as the graph kernels read them: a stored zero no edge, a pair stored twice one edge.
+
+The per-block pieces of the symmetry check (:func:`workbench.partition.check_symmetric`, which runs
+:func:`pattern_hashes` on each block's worker) and the host helpers the kernels and validators share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def splitmix64(z: Any) -> Any:
+    """splitmix64's finalizer over a uint64 array (numpy or cupy): a well-mixed 64-bit word per input,
+    the hash every rank computes alike (edge hashes here, coloring's tie-break priorities)."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _edge_hash(xp: Any, rows: Any, cols: Any) -> Any:
+    """A different 64-bit word per ordered pair (row, col) of ids below 2**32: splitmix64(row * 2**32 + col)."""
+    with np.errstate(over="ignore"):
+        return splitmix64((rows.astype(xp.uint64) << xp.uint64(32)) + cols.astype(xp.uint64))
+
+
+def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]:
+    """Sums (mod 2**64) of the hashes of a CSR block's pairs (i, j) and of the
+    reversed pairs (j, i), global ids, and its pair count (runs on a worker).
+    A stored zero is no edge and a pair stored twice one edge, as the graph
+    kernels read them."""
+    from ..backend import namespace
+
+    xp = namespace(block.indptr)
+    if xp is np:
+        from ._pattern import pattern_sums
+
+        fwd, bwd, count, ordered = pattern_sums(block.indptr, block.indices, block.data, int(row0), int(col0))
+        if ordered:
+            return int(fwd), int(bwd), int(count)
+    rows = xp.searchsorted(block.indptr, xp.arange(block.indptr[-1]), side="right") - 1
+    cols = block.indices.astype(xp.int64)
+    edge = block.data != 0
+    rows, cols = rows[edge].astype(xp.int64), cols[edge]
+    ncols = max(int(block.shape[1]), 1)
+    pair = rows * ncols + cols
+    if pair.shape[0] > 1 and not bool((pair[1:] > pair[:-1]).all()):
+        # unsorted or duplicate column ids (canonical blocks skip the sort); a pair lives in one block
+        pair = xp.unique(pair)
+        rows, cols = pair // ncols, pair % ncols
+    rows, cols = rows + row0, cols + col0
+    with np.errstate(over="ignore"):
+        fwd = _edge_hash(xp, rows, cols).sum(dtype=xp.uint64)
+        bwd = _edge_hash(xp, cols, rows).sum(dtype=xp.uint64)
+    return int(fwd), int(bwd), int(rows.shape[0])
+
+
+def edge_pattern(block: Any) -> Any:
+    """A sparse block as host CSR with the edges the graph kernels read: its nonzero entries, a stored zero
+    no edge (the searches and colorings followed stored zeros, where the symmetry checks did not).  The
+    block's own arrays are never changed: one with stored zeros is copied first.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> A = sp.csr_matrix((np.array([1.0, 0.0]), np.array([1, 0]), np.array([0, 1, 2])), shape=(2, 2))
+    >>> edge_pattern(A).nnz, A.nnz
+    (1, 2)
+    """
+    import scipy.sparse as sp
+
+    from ..backend import to_host
+
+    A = sp.csr_matrix(to_host(block))
+    if A.nnz and not A.data.all():
+        A = A.copy()
+        A.eliminate_zeros()
+    return A
+
+
+def pattern_symmetric(A: Any) -> bool:
+    """Whether a host sparse matrix's pattern is symmetric: its nonzero entries, a stored zero no edge
+    and a pair stored twice one edge, as :func:`check_symmetric` and the graph kernels read them (values
+    play no part: any nonzero is an edge).
+
+    Examples
+    --------
+    >>> pattern_symmetric(sp.csr_matrix(np.array([[0, 1], [2, 0]])))     # doctest: +SKIP
+    True
+    """
+    import scipy.sparse as sp
+
+    pattern = sp.csr_matrix(A, dtype=bool)
+    return not (pattern != pattern.T).nnz
