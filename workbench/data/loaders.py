@@ -318,32 +318,37 @@ def _with_retries(read: Any, client: Any, addrs: list[str], fixed: bool) -> tupl
 
 def _mtx_part(path: str, header: dict, symmetrize: bool, size: int, lo: int, hi: int) -> sp.csr_matrix:
     """Rows ``lo..hi`` of a Matrix Market file read on ``size`` workers, rebuilt alone on one (the lineage
-    of a partition lost with its worker): every rank's share parsed and its rows picked in rank order, as
-    the read routed them, so the block is the same, bit for bit (duplicates summed in the same order)."""
-    picked = []
-    for q in range(size):
+    of a partition lost with its worker)."""
+    def entries(q: int) -> tuple:
         i, j, v, _ = _mtx_entries(_rank_text(path, q, size, header["data_start"]), header, path)
-        if symmetrize:
-            i, j, v = _graph_pattern(i, j, True)
-        keep = (i >= lo) & (i < hi)
-        picked.append((i[keep], j[keep], v[keep]))
-    i, j, v = (np.concatenate([p[k] for p in picked]) for k in range(3))
+        return _graph_pattern(i, j, True) if symmetrize else (i, j, v)
+
+    i, j, v = _rows_in_rank_order(entries, size, lo, hi)
     return _csr_block(i - lo, j, v, (hi - lo, header["shape"][1]), pattern=symmetrize)
 
 
 def _edge_part(path: str, n_vertices: int, symmetrize: bool, comments: str, zero_based: bool, size: int, lo: int,
                hi: int) -> sp.csr_matrix:
     """Rows ``lo..hi`` of an edge list read on ``size`` workers, rebuilt alone (see :func:`_mtx_part`)."""
+    def entries(q: int) -> tuple:
+        src, dst = _parse_columns(_rank_text(path, q, size, 0), 2, (np.int64, np.int64), comments, path)
+        first = 0 if zero_based else 1
+        return _graph_pattern(src - first, dst - first, symmetrize)
+
+    i, j, v = _rows_in_rank_order(entries, size, lo, hi)
+    return _csr_block(i - lo, j, v, (hi - lo, n_vertices), pattern=True)
+
+
+def _rows_in_rank_order(entries: Any, size: int, lo: int, hi: int) -> tuple:
+    """The entries of rows ``lo..hi`` from every rank's share (``entries(q)``: rank q's (i, j, v)), picked in
+    rank order as the read routed them, so a rebuilt block is the same bit for bit (duplicates summed in the
+    same order)."""
     picked = []
     for q in range(size):
-        src, dst = _parse_columns(_rank_text(path, q, size, 0), 2, (np.int64, np.int64), comments, path)
-        if not zero_based:
-            src, dst = src - 1, dst - 1
-        i, j, v = _graph_pattern(src, dst, symmetrize)
+        i, j, v = entries(q)
         keep = (i >= lo) & (i < hi)
         picked.append((i[keep], j[keep], v[keep]))
-    i, j, v = (np.concatenate([p[k] for p in picked]) for k in range(3))
-    return _csr_block(i - lo, j, v, (hi - lo, n_vertices), pattern=True)
+    return tuple(np.concatenate([p[k] for p in picked]) for k in range(3))
 
 
 def _read_distributed(body: Any, args: tuple, client: Any, addrs: list[str], name: str) -> tuple[list, list]:
@@ -424,11 +429,11 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
 
     client, addrs = _addresses(client, workers)
 
-    def read(addrs: list[str]) -> tuple:
+    def read_on(addrs: list[str]) -> tuple:
         offsets = block_offsets(header["shape"][0], len(addrs))
         return offsets, *_read_distributed(_mtx_rank, (path, header, symmetrize, offsets), client, addrs, "mtx")
 
-    addrs, (offsets, parts, infos) = _with_retries(read, client, addrs, fixed=workers is not None)
+    addrs, (offsets, parts, infos) = _with_retries(read_on, client, addrs, fixed=workers is not None)
     read = sum(i["entries_read"] for i in infos)
     _check_count(path, header, read)
     dtype = np.dtype(np.float64) if symmetrize else _mtx_dtype(header["field"])
