@@ -384,3 +384,33 @@ def test_a_partition_with_no_holder_left_says_why(replicas, hint):
     lineage = HostLineage([1.0], lambda s: s, lambda s, i: s, (1,), replicas=replicas)  # a list: no weak reference
     with pytest.raises(WorkerLostError, match=hint):
         lineage.rebuild(None, [0], ["tcp://w"], [None])
+
+
+def test_a_kernel_result_that_lost_a_chunk_runs_its_call_again(clients):
+    """A result's chunks are its ranks' futures, which cannot rerun alone: one gone (cancelled here, as a lost
+    worker's are) makes the call run again under the same keys, so arrays derived from it still read right.
+    An earlier result given as the input is held weakly: once it is gone the rerun says so."""
+    import warnings
+
+    from workbench.comms import WorkerLostError
+    from workbench.partition import WorkerLostWarning
+
+    client = clients(2)
+    A = wb.data.rmat(7, seed=5)
+    B = np.random.default_rng(1).standard_normal((A.shape[0], 3))
+    Ad = wb.distribute(A, client=client)
+    C = wb.spmm(Ad, B, client=client)
+    name, D = C.name, C * 2
+    client.cancel([next(iter(C.dask.layers[C.name].values()))])
+    with pytest.warns(WorkerLostWarning, match="spmm: part of its result was lost"):
+        np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12)
+    assert C.name == name and C.stats["retries"] == 1
+    np.testing.assert_allclose(D.compute(), 2 * (A @ B), rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkerLostWarning)   # whole again: nothing reruns
+        np.testing.assert_allclose(C.compute(), A @ B, rtol=1e-12)
+    C2 = wb.spmm(Ad, C, client=client)
+    del C
+    client.cancel([next(iter(C2.dask.layers[C2.name].values()))])
+    with pytest.raises(WorkerLostError, match="an input it was made from .* is gone"):
+        np.asarray(C2)

@@ -325,3 +325,41 @@ def test_a_lost_rank_frees_its_peers_at_once(client):
 
 def _hang_on_rank0(comm, _):
     return comm.recv((comm.rank + 1) % comm.size)  # nobody sends: only an abort ends this
+
+
+def test_results_lost_after_the_call_are_made_again(client):
+    # a kernel's result lives where its ranks ran, and a rank cannot rerun alone: results that lost a
+    # part with one kill between the call and the read rerun the call that made them (one kill for all)
+    import dask.array as da
+
+    rng = np.random.default_rng(9)
+    A = sp.random(240, 240, density=0.05, format="csr", random_state=2) + sp.eye(240, format="csr")
+    B = rng.standard_normal((240, 5))
+    V, n = 6, 900
+    system = [rng.uniform(-1, 1, (V, n - 1)), 4 + rng.uniform(0, 1, (V, n)), rng.uniform(-1, 1, (V, n - 1)),
+              rng.standard_normal((V, n))]
+    x = rng.standard_normal((24, 12))
+    Ad = wb.distribute(A, client=client)
+    C = wb.spmm(Ad, B, client=client)
+    X = wb.tridiag_solve(*(da.from_array(a, chunks=(V, 300)) for a in system), client=client)
+    F = wb.fftn(da.from_array(x, chunks=(8, 12)), client=client)
+    S = wb.spgemm(Ad, Ad, client=client)
+    want_X = np.asarray(wb.tridiag_solve(*system, client=client))
+    victim = worker_addresses(client)[-1]
+    assert all(victim in {w for ws in client.who_has(r).values() for w in ws} for r in (C, X, F))
+    assert victim in S.workers
+    _kill(client, victim)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", WorkerLostWarning)
+        np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal((X + 0).compute(), want_X)   # a derived array, built after the loss
+        np.testing.assert_allclose(np.asarray(F), np.fft.fftn(x), rtol=1e-10, atol=1e-9)
+        np.testing.assert_allclose(S.to_scipy(client).toarray(), (A @ A).toarray(), rtol=1e-12, atol=1e-12)
+    # one rerun each, and the rerun's own retries when it started before the scheduler saw the loss
+    assert min(C.stats["retries"], X.stats["retries"], F.stats["retries"]) >= 1
+    names = {str(w.message).split(":")[0] for w in seen if issubclass(w.category, WorkerLostWarning)}
+    assert {"spmm", "tridiag_solve", "fftn", "spgemm"} <= names, names
+    # the made-again results are whole again: read once more, nothing reruns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkerLostWarning)
+        np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)

@@ -51,8 +51,11 @@ from .placement import (
     array_of,
     chunk_sources,
     compute_all,
+    held,
     move_keys,
     persist,
+    remember_call,
+    unheld,
 )
 from .placement import as_block as as_block
 
@@ -898,7 +901,8 @@ def resilient(fn: Callable) -> Callable:
     :class:`WorkerLostWarning` is issued and the call reruns, at most
     :data:`RETRIES` times; then ``WorkerLostError`` says what was lost.  The
     result's ``stats["retries"]`` counts the reruns.  A call made inside
-    another resilient call is left to the outer one.
+    another resilient call is left to the outer one.  The result keeps the
+    call (:func:`remember_call`) to run it again if it loses a chunk later.
 
     Examples
     --------
@@ -952,11 +956,20 @@ def resilient(fn: Callable) -> Callable:
                     getattr(out, "stats", None)
                 if isinstance(stats, dict):
                     stats["retries"] = len(history)
+                remember_call(out, fn.__name__, functools.partial(_again, fn.__name__, call, held(bound.args),
+                                                                  held(bound.kwargs)), RETRIES)
                 return out
         finally:
             _ACTIVE.depth = 0
 
     return call
+
+
+def _again(name: str, call: Callable, args: tuple, kwargs: dict, why: str) -> Any:
+    """A kernel's call made again for a result that lost part of itself (see :func:`remember_call`)."""
+    args, kwargs = unheld(name, args), unheld(name, kwargs)
+    warnings.warn(f"{name}: {why}; rerunning the call that made it", WorkerLostWarning, stacklevel=4)
+    return call(*args, **kwargs)
 
 
 def _replace_workers(bound: inspect.BoundArguments, alive: set[str]) -> None:

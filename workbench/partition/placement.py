@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..cluster import backend_of, worker_addresses
 
-__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "move_keys"]
+__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "move_keys", "remember_call",
+           "CallLineage"]
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
@@ -182,11 +185,23 @@ def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any
 def _result_type() -> type:
     """A dask array whose ``np.asarray`` brings device chunks home too: dask's own ``__array__`` hands
     the computed cupy array to numpy, which cupy refuses (implicit conversion), so on a GPU cluster
-    ``np.asarray(wb.spmm(...))`` raised where the API says it brings the result home."""
+    ``np.asarray(wb.spmm(...))`` raised where the API says it brings the result home.  A kernel's result
+    that lost a chunk with a worker is made again before it is read (see :func:`remember_call`)."""
     import dask.array as da
 
     class KernelResult(da.Array):
         __slots__ = ()
+
+        def __dask_graph__(self) -> Any:
+            if _lost(self):
+                _make_again(self)
+            return self.dask
+
+        def compute(self, **kwargs: Any) -> Any:
+            return _unless_lost(self, lambda: da.Array.compute(self, **kwargs))
+
+        def persist(self, **kwargs: Any) -> Any:
+            return _unless_lost(self, lambda: da.Array.persist(self, **kwargs))
 
         def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
             from .. import backend
@@ -194,6 +209,172 @@ def _result_type() -> type:
             return np.asarray(backend.to_host(self.compute()), dtype=dtype)
 
     return KernelResult
+
+
+# --------------------------------------------------------------------------
+# Results made again (DESIGN rule 7).  A kernel's result lives where its ranks ran: a dask array whose chunks
+# are the ranks' futures (spmm, tridiag, fft) or row blocks (spgemm).  A rank cannot rerun without its group,
+# so a chunk lost after the call has no graph to come back from (Dask's recompute of it ends in
+# WorkerLostError or "lost dependencies"): the result reruns the call that made it instead.
+# --------------------------------------------------------------------------
+
+#: What reading a lost future raises (WorkerLostError: a rank Dask reran alone refused to run).
+_LOSS_ERRORS = ("FutureCancelledError", "CancelledError", "KilledWorker", "WorkerLostError")
+
+
+def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int) -> None:
+    """Give the kernel results in ``out`` (one, or a tuple or list of them) the call that made them:
+    ``again(why)`` makes it again (warning why).  A dask array of futures (:func:`array_of`) reruns it
+    when its graph is asked for after a lost chunk (``compute``, ``np.asarray``, ``persist``, an array
+    derived from it), and ``compute``/``np.asarray``/``persist`` rerun and read again when the loss strikes
+    while they read, ``retries`` times at most; the new chunks take the old keys, so an array derived from
+    the result before the loss reads right once the result has been read again.  Row blocks without a
+    lineage get a :class:`CallLineage`.  The result holds the call's arguments: ``del`` it to free them.
+
+    Examples
+    --------
+    >>> remember_call(C, "spmm", lambda why: spmm(A, B), 2)     # doctest: +SKIP
+    >>> # ... the worker holding C's second chunk dies ...
+    >>> np.asarray(C)                                           # doctest: +SKIP  (spmm reruns)
+    """
+    kernel_result = _result_type()
+    for path, item in ([((i,), v) for i, v in enumerate(out)] if isinstance(out, tuple | list) else [((), out)]):
+        if hasattr(item, "lineage") and hasattr(item, "_set_part"):
+            if item.lineage is None:
+                item.lineage = CallLineage(name, again, path, item.offsets)
+        elif hasattr(item, "dask") and hasattr(item, "chunks"):
+            if type(item).__name__ == "Array":   # a plain dask array (a result transposed or joined)
+                item.__class__ = kernel_result
+            if isinstance(item, kernel_result):
+                item.__dict__["_made_by"] = (again, path, item.name, _all_finished(item), retries)
+
+
+def held(args: Any) -> Any:
+    """A call's arguments (a tuple or dict) as a result keeps them to run the call again: weakly where an
+    argument holds futures of its own (a persisted array, an earlier kernel's result), so that a chain of
+    results (``x = wb.spmm(A, x)`` in a loop) does not keep every earlier one on the workers."""
+    def hold(v: Any) -> Any:
+        return _Held(weakref.ref(v)) if _own_futures(v) else v
+    return {k: hold(v) for k, v in args.items()} if isinstance(args, dict) else tuple(hold(v) for v in args)
+
+
+def unheld(name: str, args: Any) -> Any:
+    """The arguments :func:`held` kept, or ``WorkerLostError`` when one of them is gone."""
+    from ..comms import WorkerLostError
+
+    def get(v: Any) -> Any:
+        if not isinstance(v, _Held):
+            return v
+        if (obj := v.ref()) is None:
+            raise WorkerLostError(f"{name}: part of its result was lost with a worker, and an input it was "
+                                  f"made from (a persisted array or an earlier result) is gone: call {name} again")
+        return obj
+    return {k: get(v) for k, v in args.items()} if isinstance(args, dict) else tuple(get(v) for v in args)
+
+
+@dataclass(frozen=True)
+class _Held:
+    ref: Callable[[], Any]
+
+
+def _pick(out: Any, path: tuple[int, ...]) -> Any:
+    for i in path:
+        out = out[i]
+    return out
+
+
+def _own_futures(x: Any) -> list:
+    """The futures that are ``x``'s chunks (its top layer, as :func:`array_of` makes it), else []."""
+    try:
+        values = list(x.dask.layers[x.name].values())
+    except (AttributeError, KeyError, TypeError):
+        return []
+    return values if values and all(_is_future(v) for v in values) else []
+
+
+def _all_finished(x: Any) -> bool:
+    futures = _own_futures(x)
+    return bool(futures) and all(f.status == "finished" for f in futures)
+
+
+def _made_by(x: Any) -> tuple | None:
+    made = x.__dict__.get("_made_by")
+    return made if made is not None and made[2] == x.name else None   # an array edited in place: not the call's
+
+
+def _lost(x: Any) -> bool:
+    """Whether a chunk of ``x`` went with a worker (the statuses the client holds: no round trip)."""
+    made = _made_by(x)
+    if made is None:
+        return False
+    gone = ("lost", "error", "cancelled") + (("pending",) if made[3] else ())
+    return any(f.status in gone for f in _own_futures(x))
+
+
+def _make_again(x: Any, why: str = "part of its result was lost with a worker") -> None:
+    from ..comms import _RESULT_NAME
+
+    again, path, _, _, retries = _made_by(x)
+    keyed = bool(_own_futures(x))   # x's chunks are its ranks' futures: the new ones take their keys
+    outer = getattr(_RESULT_NAME, "name", None)
+    _RESULT_NAME.name = x.name if keyed else None
+    try:
+        new = _pick(again(why), path)
+    finally:
+        _RESULT_NAME.name = outer
+    stats = getattr(new, "stats", None)
+    if isinstance(stats, dict):
+        stats["retries"] = stats.get("retries", 0) + 1
+        x.stats = stats
+    x.dask, x._name = new.dask, new.name
+    if x.chunks != new.chunks:   # the call ran again on fewer workers
+        x._chunks = new.chunks
+    # a rerun inside another kernel's call (x read as its input) is not remembered: x keeps its own call
+    x.__dict__["_made_by"] = new.__dict__.get("_made_by") or (again, path, x.name, _all_finished(x), retries)
+
+
+def _unless_lost(x: Any, read: Callable[[], Any]) -> Any:
+    """``read()``; made again and read again when a worker takes part of ``x`` while it reads."""
+    attempt = 0
+    while True:
+        try:
+            return read()
+        except Exception as e:
+            made = _made_by(x)
+            if made is None or attempt >= made[4] or not (
+                    _lost(x) or any(t.__name__ in _LOSS_ERRORS for t in type(e).__mro__)):
+                raise
+            attempt += 1
+            _make_again(x, f"part of its result was lost with a worker while it was read ({type(e).__name__})")
+
+
+class CallLineage:
+    """The :class:`~workbench.partition.Lineage` of a kernel's result blocks: the call that made them,
+    rerun (its ranks made all the blocks together), and the new result's blocks at the lost indices
+    taken, each left on the worker :func:`~workbench.partition.repair` chose."""
+
+    def __init__(self, name: str, again: Callable[[str], Any], path: tuple[int, ...], offsets: Any) -> None:
+        self.name, self.again, self.path = name, again, path
+        self.offsets = [int(o) for o in offsets]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "again": None}   # the call's arguments stay with the client
+
+    def rebuild(self, client: Any, indices: list[int], workers: list[str], old: list) -> list:
+        from ..comms import WorkerLostError
+
+        if self.again is None:
+            raise WorkerLostError(f"{self.name}: result blocks {indices} were lost with their worker; call it again")
+        new = _pick(self.again(f"result blocks {indices} were lost with their worker"), self.path)
+        if [int(o) for o in new.offsets] != self.offsets:
+            raise WorkerLostError(f"{self.name}: result blocks {indices} were lost with their worker, and the "
+                                  f"call run again on the workers there are now splits its result otherwise; "
+                                  f"call {self.name} again")
+        homes: dict[str, list] = {}
+        for i, w in zip(indices, workers, strict=True):
+            homes.setdefault(w, []).append(new.parts[i].key)
+        move_keys(client, homes)
+        return [new.parts[i] for i in indices]
 
 
 def move_keys(client: Any, homes: dict[str, Sequence[Any]], timeout: float = 120.0) -> None:
