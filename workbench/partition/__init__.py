@@ -928,14 +928,19 @@ def resilient(fn: Callable) -> Callable:
         _ACTIVE.depth = 1
         try:
             while True:
-                for c in containers:
-                    if lost_parts(c) or _short_of_copies(c):
-                        repair(c, client)
-                    spread(c, client)
+                repairing = True
                 try:
+                    for c in containers:
+                        if lost_parts(c) or _short_of_copies(c):
+                            repair(c, client)
+                        spread(c, client)
+                    repairing = False
                     out = fn(*bound.args, **bound.kwargs)
                 except Exception as e:
-                    why = _lost_reason(e, client, containers, cached)
+                    # a repair's own WorkerLostError (nothing to rebuild from) is final; its other errors
+                    # (a worker that died a moment ago taken as a target) are a loss like the call's
+                    why = None if repairing and isinstance(e, WorkerLostError) else \
+                        _lost_reason(e, client, containers, cached)
                     if why is None:
                         raise
                     history.append(why)
@@ -946,8 +951,6 @@ def resilient(fn: Callable) -> Callable:
                                   f"(retry {len(history)} of {RETRIES})", WorkerLostWarning, stacklevel=2)
                     alive = await_workers(client, max(len(cached), max((len(set(c.workers)) for c in containers),
                                                                        default=1)))
-                    for c in containers:
-                        repair(c, client, wait=0)
                     _replace_workers(bound, set(alive))
                     cached = set(alive)
                     continue
