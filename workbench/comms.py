@@ -838,10 +838,6 @@ def _find_pull_peers(comm: Comm) -> tuple[set[int], dict[int, str]]:
     return {r for r in near if comm.rank in can[r]}, lanes
 
 
-#: ``name``: the key of result chunks run_spmd makes in this thread (a result made again keeps its keys)
-_RESULT_NAME = threading.local()
-
-
 def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
              workers: Sequence[str] | None = None, timeout: float = DEFAULT_TIMEOUT,
              name: str | None = None, publish_info: bool = False,
@@ -881,19 +877,8 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     known = tuple(addresses) in client._workbench_groups
     if chunk_index is not None and len(chunk_index) != len(addresses):
         raise ValueError(f"chunk_index has {len(chunk_index)} entries for {len(addresses)} workers")
-    named = getattr(_RESULT_NAME, "name", None) if chunk_index is not None else None   # see placement
     keys = [f"spmd-{group}-{r}" if chunk_index is None or chunk_index[r] is None
-            else (named or f"spmd-{group}", *(int(i) for i in chunk_index[r])) for r in range(len(addresses))]
-    if named:   # an earlier try's tasks under these keys (a result lost with a worker, or a failed rerun)
-        from distributed import Future
-
-        stale = [Future(k, client) for k in keys if k in client.futures]
-        if stale:   # the scheduler cancels in a task of its own: new tasks sent before it ends would go too
-            client.cancel(stale, force=True)
-            del stale
-            deadline = time.monotonic() + min(timeout, 30.0)
-            while client.run_on_scheduler(_known_keys, keys) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            else (f"spmd-{group}", *(int(i) for i in chunk_index[r])) for r in range(len(addresses))]
     # one message to the scheduler for the whole group (a submit per rank reached it ~1-4 ms apart, and
     # every rank waits for the last); each rank pinned to its worker by a per-key annotation
     size = len(addresses)
@@ -907,10 +892,6 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     futures_group.timeout = timeout
     futures_group.inputs = _futures_in((rank_args, args, kwargs))
     return futures_group
-
-
-def _known_keys(keys: list, dask_scheduler: Any = None) -> list:
-    return [k for k in keys if k in dask_scheduler.tasks]
 
 
 def _futures_in(obj: Any, limit: int = 10_000) -> list:
