@@ -388,9 +388,11 @@ def test_a_partition_with_no_holder_left_says_why(replicas, hint):
 
 def test_a_kernel_result_that_lost_a_chunk_runs_its_call_again(clients):
     """A result's chunks are its ranks' futures, which cannot rerun alone: one gone (cancelled here, as a lost
-    worker's are) makes the call run again under the same keys, so arrays derived from it still read right.
-    An earlier result given as the input is held weakly: once it is gone the rerun says so."""
+    worker's are) makes the call run again when the result is read, under new keys; an array derived from
+    the lost chunks is no result and fails.  An earlier result given as the input is held weakly: once it is
+    gone the rerun says so."""
     import warnings
+    from concurrent.futures import CancelledError
 
     from workbench.comms import WorkerLostError
     from workbench.partition import WorkerLostWarning
@@ -404,8 +406,10 @@ def test_a_kernel_result_that_lost_a_chunk_runs_its_call_again(clients):
     client.cancel([next(iter(C.dask.layers[C.name].values()))])
     with pytest.warns(WorkerLostWarning, match="spmm: part of its result was lost"):
         np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12)
-    assert C.name == name and C.stats["retries"] == 1
-    np.testing.assert_allclose(D.compute(), 2 * (A @ B), rtol=1e-12)
+    assert C.name != name and C.stats["retries"] == 1
+    with pytest.raises(CancelledError):
+        D.compute()
+    np.testing.assert_allclose((C * 2).compute(), 2 * (A @ B), rtol=1e-12)
     with warnings.catch_warnings():
         warnings.simplefilter("error", WorkerLostWarning)   # whole again: nothing reruns
         np.testing.assert_allclose(C.compute(), A @ B, rtol=1e-12)

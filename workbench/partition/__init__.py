@@ -52,11 +52,13 @@ from .placement import (
     chunk_sources,
     compute_all,
     held,
+    make_again_if_lost,
     move_keys,
     persist,
     remember_call,
     unheld,
 )
+from .placement import _result_type as _result_type
 from .placement import as_block as as_block
 
 __all__ = [
@@ -853,13 +855,13 @@ def check_one_per_worker(container: RowBlocks | BlockGrid, name: str) -> None:
 _ACTIVE = threading.local()
 
 
-def _containers(obj: Any, depth: int = 0) -> list:
-    if isinstance(obj, RowBlocks | BlockGrid):
+def _containers(obj: Any, depth: int = 0, kinds: tuple = (RowBlocks, BlockGrid)) -> list:
+    if isinstance(obj, kinds):
         return [obj]
     if depth < 2 and isinstance(obj, list | tuple):
-        return [c for o in obj for c in _containers(o, depth + 1)]
+        return [c for o in obj for c in _containers(o, depth + 1, kinds)]
     if depth < 2 and isinstance(obj, dict):
-        return [c for o in obj.values() for c in _containers(o, depth + 1)]
+        return [c for o in obj.values() for c in _containers(o, depth + 1, kinds)]
     return []
 
 
@@ -930,10 +932,15 @@ def resilient(fn: Callable) -> Callable:
             while True:
                 repairing = True
                 try:
+                    # after a loss, by the workers there are too: a block copied back from its replica
+                    # shares the copy's key, so it still reads "finished" once its new worker is gone
+                    alive = set(worker_addresses(client)) if history else None
                     for c in containers:
-                        if lost_parts(c) or _short_of_copies(c):
+                        if lost_parts(c, alive) or _short_of_copies(c, alive):
                             repair(c, client)
                         spread(c, client)
+                    for r in _containers(list(bound.arguments.values()), kinds=(_result_type(),)):
+                        make_again_if_lost(r)   # an earlier kernel's result read as an input
                     repairing = False
                     out = fn(*bound.args, **bound.kwargs)
                 except Exception as e:
@@ -972,7 +979,11 @@ def _again(name: str, call: Callable, args: tuple, kwargs: dict, why: str) -> An
     """A kernel's call made again for a result that lost part of itself (see :func:`remember_call`)."""
     args, kwargs = unheld(name, args), unheld(name, kwargs)
     warnings.warn(f"{name}: {why}; rerunning the call that made it", WorkerLostWarning, stacklevel=4)
-    return call(*args, **kwargs)
+    depth, _ACTIVE.depth = getattr(_ACTIVE, "depth", 0), 0   # a call of its own (read inside another's):
+    try:                                                     # its containers repaired, its own retries
+        return call(*args, **kwargs)
+    finally:
+        _ACTIVE.depth = depth
 
 
 def _replace_workers(bound: inspect.BoundArguments, alive: set[str]) -> None:

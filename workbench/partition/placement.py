@@ -23,7 +23,7 @@ import numpy as np
 from ..cluster import backend_of, worker_addresses
 
 __all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "move_keys", "remember_call",
-           "CallLineage"]
+           "make_again_if_lost", "CallLineage"]
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
@@ -192,11 +192,6 @@ def _result_type() -> type:
     class KernelResult(da.Array):
         __slots__ = ()
 
-        def __dask_graph__(self) -> Any:
-            if _lost(self):
-                _make_again(self)
-            return self.dask
-
         def compute(self, **kwargs: Any) -> Any:
             return _unless_lost(self, lambda: da.Array.compute(self, **kwargs))
 
@@ -215,7 +210,9 @@ def _result_type() -> type:
 # Results made again (DESIGN rule 7).  A kernel's result lives where its ranks ran: a dask array whose chunks
 # are the ranks' futures (spmm, tridiag, fft) or row blocks (spgemm).  A rank cannot rerun without its group,
 # so a chunk lost after the call has no graph to come back from (Dask's recompute of it ends in
-# WorkerLostError or "lost dependencies"): the result reruns the call that made it instead.
+# WorkerLostError or "lost dependencies"): the result reruns the call that made it instead.  The rerun's
+# chunks take fresh keys: the old ones, reused, raced with their release on the scheduler, and a rerun on
+# fewer workers cuts the result into other chunks.
 # --------------------------------------------------------------------------
 
 #: What reading a lost future raises (WorkerLostError: a rank Dask reran alone refused to run).
@@ -224,11 +221,11 @@ _LOSS_ERRORS = ("FutureCancelledError", "CancelledError", "KilledWorker", "Worke
 
 def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int) -> None:
     """Give the kernel results in ``out`` (one, or a tuple or list of them) the call that made them:
-    ``again(why)`` makes it again (warning why).  A dask array of futures (:func:`array_of`) reruns it
-    when its graph is asked for after a lost chunk (``compute``, ``np.asarray``, ``persist``, an array
-    derived from it), and ``compute``/``np.asarray``/``persist`` rerun and read again when the loss strikes
-    while they read, ``retries`` times at most; the new chunks take the old keys, so an array derived from
-    the result before the loss reads right once the result has been read again.  Row blocks without a
+    ``again(why)`` makes it again (warning why).  A dask array result that lost a chunk reruns it when it
+    is read (``compute``, ``np.asarray``, ``persist``: before the read, or when the loss strikes while it
+    reads, ``retries`` times at most) or passed to a kernel, and stands for the new result in place (new
+    keys; other chunks where the call ran on fewer workers).  Arrays derived from it are not results:
+    one built on the lost chunks fails when read (read the result itself first).  Row blocks without a
     lineage get a :class:`CallLineage`.  The result holds the call's arguments: ``del`` it to free them.
 
     Examples
@@ -247,6 +244,15 @@ def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int
                 item.__class__ = kernel_result
             if isinstance(item, kernel_result):
                 item.__dict__["_made_by"] = (again, path, item.name, _all_finished(item), retries)
+
+
+def make_again_if_lost(obj: Any) -> bool:
+    """Make a kernel result that lost a chunk again, in place, before a kernel reads it as an input (its
+    chunks and keys may change: the kernel must not have looked at them yet).  Returns whether it did."""
+    if _lost(obj):
+        _make_again(obj)
+        return True
+    return False
 
 
 def held(args: Any) -> Any:
@@ -298,7 +304,7 @@ def _all_finished(x: Any) -> bool:
 
 
 def _made_by(x: Any) -> tuple | None:
-    made = x.__dict__.get("_made_by")
+    made = getattr(x, "__dict__", {}).get("_made_by")
     return made if made is not None and made[2] == x.name else None   # an array edited in place: not the call's
 
 
@@ -312,29 +318,25 @@ def _lost(x: Any) -> bool:
 
 
 def _make_again(x: Any, why: str = "part of its result was lost with a worker") -> None:
-    from ..comms import _RESULT_NAME
-
     again, path, _, _, retries = _made_by(x)
-    keyed = bool(_own_futures(x))   # x's chunks are its ranks' futures: the new ones take their keys
-    outer = getattr(_RESULT_NAME, "name", None)
-    _RESULT_NAME.name = x.name if keyed else None
-    try:
-        new = _pick(again(why), path)
-    finally:
-        _RESULT_NAME.name = outer
+    new = _pick(again(why), path)
     stats = getattr(new, "stats", None)
     if isinstance(stats, dict):
         stats["retries"] = stats.get("retries", 0) + 1
-        x.stats = stats
+        if isinstance(getattr(x, "stats", None), dict):   # the same dict a (result, stats) pair holds
+            x.stats.clear()
+            x.stats.update(stats)
+        else:
+            x.stats = stats
     x.dask, x._name = new.dask, new.name
     if x.chunks != new.chunks:   # the call ran again on fewer workers
         x._chunks = new.chunks
-    # a rerun inside another kernel's call (x read as its input) is not remembered: x keeps its own call
     x.__dict__["_made_by"] = new.__dict__.get("_made_by") or (again, path, x.name, _all_finished(x), retries)
 
 
 def _unless_lost(x: Any, read: Callable[[], Any]) -> Any:
-    """``read()``; made again and read again when a worker takes part of ``x`` while it reads."""
+    """``read()``, ``x`` made again first if it lost a chunk, and again if one goes while it reads."""
+    make_again_if_lost(x)
     attempt = 0
     while True:
         try:
