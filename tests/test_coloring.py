@@ -158,6 +158,14 @@ def test_stored_zeros_are_no_edges(clients, n_workers):
         assert c.n_colors == distance + 1, (distance, c.colors)
     assert wb.validate_coloring(A, [0, 1, 0], distance=1)
     assert A.nnz == 6
+    # (0, 2) and (2, 0) each stored twice, +1 and -1: their sum, the matrix's entry, is 0 (no edge)
+    C = sp.csr_matrix((np.array([1.0, 1, -1, 1, 1, 1, -1, 1]), np.array([1, 2, 2, 0, 2, 0, 0, 1]),
+                       np.array([0, 3, 5, 8])), shape=(3, 3))
+    assert C[0, 2] == 0 and C.nnz == 8
+    for distance in (1, 2):
+        c = wb.color(C, distance=distance, client=clients(n_workers))
+        assert c.n_colors == distance + 1, (distance, c.colors)
+    assert wb.validate_coloring(C, [0, 1, 0], distance=1) and C.nnz == 8
 
 
 def test_validator_names_offending_pair():

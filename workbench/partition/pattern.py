@@ -1,4 +1,5 @@
-"""Sparsity patterns as the graph kernels read them: a stored zero no edge, a pair stored twice one edge.
+"""Sparsity patterns as the graph kernels read them: a stored zero no edge, a pair stored twice summed (one
+edge, none where its values cancel: the matrix's entry, as scipy reads it).
 
 The per-block pieces of the symmetry check (:func:`workbench.partition.check_symmetric`, which runs
 :func:`pattern_hashes` on each block's worker) and the host helpers the kernels and validators share.
@@ -30,7 +31,7 @@ def _edge_hash(xp: Any, rows: Any, cols: Any) -> Any:
 def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]:
     """Sums (mod 2**64) of the hashes of a CSR block's pairs (i, j) and of the
     reversed pairs (j, i), global ids, and its pair count (runs on a worker).
-    A stored zero is no edge and a pair stored twice one edge, as the graph
+    A stored zero is no edge and a pair stored twice is summed, as the graph
     kernels read them."""
     from ..backend import namespace
 
@@ -41,17 +42,11 @@ def pattern_hashes(block: Any, row0: int, col0: int = 0) -> tuple[int, int, int]
         fwd, bwd, count, ordered = pattern_sums(block.indptr, block.indices, block.data, int(row0), int(col0))
         if ordered:
             return int(fwd), int(bwd), int(count)
+    block = _summed(block)
     rows = xp.searchsorted(block.indptr, xp.arange(block.indptr[-1]), side="right") - 1
     cols = block.indices.astype(xp.int64)
     edge = block.data != 0
-    rows, cols = rows[edge].astype(xp.int64), cols[edge]
-    ncols = max(int(block.shape[1]), 1)
-    pair = rows * ncols + cols
-    if pair.shape[0] > 1 and not bool((pair[1:] > pair[:-1]).all()):
-        # unsorted or duplicate column ids (canonical blocks skip the sort); a pair lives in one block
-        pair = xp.unique(pair)
-        rows, cols = pair // ncols, pair % ncols
-    rows, cols = rows + row0, cols + col0
+    rows, cols = rows[edge].astype(xp.int64) + row0, cols[edge] + col0
     with np.errstate(over="ignore"):
         fwd = _edge_hash(xp, rows, cols).sum(dtype=xp.uint64)
         bwd = _edge_hash(xp, cols, rows).sum(dtype=xp.uint64)
@@ -74,16 +69,26 @@ def edge_pattern(block: Any) -> Any:
 
     from ..backend import to_host
 
-    A = sp.csr_matrix(to_host(block))
+    A = _summed(sp.csr_matrix(to_host(block)))
     if A.nnz and not A.data.all():
         A = A.copy()
         A.eliminate_zeros()
     return A
 
 
+def _summed(A: Any) -> Any:
+    """A CSR block (scipy or cupyx) with each pair stored once, its values summed as the matrix's entry is
+    (a copy where a pair was stored twice; the caller's arrays stay as they were)."""
+    if A.has_canonical_format:
+        return A
+    A = A.copy()
+    A.sum_duplicates()
+    return A
+
+
 def pattern_symmetric(A: Any) -> bool:
     """Whether a host sparse matrix's pattern is symmetric: its nonzero entries, a stored zero no edge
-    and a pair stored twice one edge, as :func:`check_symmetric` and the graph kernels read them (values
+    and a pair stored twice summed, as :func:`check_symmetric` and the graph kernels read them (values
     play no part: any nonzero is an edge).
 
     Examples
@@ -93,5 +98,5 @@ def pattern_symmetric(A: Any) -> bool:
     """
     import scipy.sparse as sp
 
-    pattern = sp.csr_matrix(A, dtype=bool)
+    pattern = edge_pattern(sp.csr_matrix(A)).astype(bool)
     return not (pattern != pattern.T).nnz

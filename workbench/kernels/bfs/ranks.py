@@ -81,13 +81,11 @@ def _rank_sources(G: Any) -> list:
 
 
 def _global_coo(part: Any, rank: int, src: dict) -> tuple[np.ndarray, np.ndarray]:
-    A = sp.csr_matrix(to_host(part))
+    A = edge_pattern(part)
     C = len(src["coffs"]) - 1
     i, j = (rank, 0) if src["kind"] == "rows" else divmod(rank, C)
     rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr)) + int(src["roffs"][i])
-    cols = A.indices.astype(np.int64) + int(src["coffs"][j])
-    keep = A.data != 0
-    return rows[keep], cols[keep]
+    return rows, A.indices.astype(np.int64) + int(src["coffs"][j])
 
 
 # --------------------------------------------------------------------------
