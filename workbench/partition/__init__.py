@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from ..cluster import default_client, worker_addresses
-from .pattern import edge_pattern, pattern_hashes, pattern_symmetric
+from .pattern import check_symmetric, edge_pattern, pattern_symmetric
+from .pattern import pattern_hashes as pattern_hashes
 from .pattern import splitmix64 as splitmix64
 
 # (`x as x`: re-exports, the kernels and tests take them from here)
@@ -1152,46 +1153,3 @@ def as_row_blocks(obj: Any, client: Any = None, *, kind: str | None = None) -> R
     out = distribute(obj, client)
     assert isinstance(out, RowBlocks)
     return out
-
-
-# --------------------------------------------------------------------------
-# Properties checked once per container
-# --------------------------------------------------------------------------
-
-def check_symmetric(G: RowBlocks | BlockGrid, client: Any = None) -> bool:
-    """Whether a distributed sparse matrix has a symmetric pattern; checked once
-    and remembered on the container (``G.symmetric``).
-
-    Each worker hashes its own entries and their transposes; the pattern is
-    symmetric exactly when the multiset of pairs (i, j) equals that of (j, i),
-    which the sums of a 64-bit mixing hash over both tell apart (a false "yes"
-    needs a 2**-64 coincidence).  Only three integers per block travel, so the
-    check costs one round of tiny tasks instead of an all-to-all of every edge.
-
-    Examples
-    --------
-    >>> G = distribute(A, client=client)              # doctest: +SKIP
-    >>> check_symmetric(G), G.symmetric               # doctest: +SKIP
-    (True, True)
-    """
-    if G.symmetric is not None:
-        return bool(G.symmetric)
-    if G.kind != "csr":
-        raise TypeError(f"check_symmetric needs a sparse (csr) container, got kind={G.kind!r}")
-    if G.shape[0] != G.shape[1]:
-        G.symmetric = False
-        return False
-    client = default_client(client)
-    if isinstance(G, RowBlocks):
-        where = [(f, int(G.offsets[r]), 0, G.workers[r]) for r, f in enumerate(G.parts)]
-    else:
-        R, C = G.grid
-        where = [(G.blocks[i][j], int(G.row_offsets[i]), int(G.col_offsets[j]), G.worker_of(i, j))
-                 for i in range(R) for j in range(C)]
-    futs = [client.submit(pattern_hashes, f, r0, c0, workers=[w], pure=False) for f, r0, c0, w in where]
-    sums = client.gather(futs)
-    mask = (1 << 64) - 1
-    fwd = sum(s[0] for s in sums) & mask
-    bwd = sum(s[1] for s in sums) & mask
-    G.symmetric = fwd == bwd
-    return bool(G.symmetric)
