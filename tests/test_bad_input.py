@@ -113,6 +113,12 @@ def _dask(x, chunks):
     return da.from_array(x, chunks=chunks)
 
 
+def _unknown_chunks(x):
+    """``x`` as a dask array whose chunk sizes dask does not know (rows picked by a mask)."""
+    a = _dask(x, max(1, len(x) // 3))
+    return a[a.reshape(len(x), -1)[:, 0] > -np.inf]
+
+
 BFS = [
     Case("source=n", lambda c, d: wb.bfs(d.A, d.n, client=c), ValueError, r"\bsource\b"),
     Case("source<0", lambda c, d: wb.bfs(d.A, -1, client=c), ValueError, r"\bsource\b"),
@@ -164,10 +170,14 @@ KNN = [
     Case("dask-strings", lambda c, d: wb.knn_graph(_dask(d.X.astype(str), 20), 3, client=c), TypeError, r"\bX\b"),
     Case("container-nan", lambda c, d: wb.knn_graph(d.X_nan, 3, client=c), ValueError, r"\bX\b.*NaN",
          where="cluster"),
+    Case("unknown-chunks", lambda c, d: wb.knn_graph(_unknown_chunks(d.X), 3, client=c), ValueError,
+         r"\bX\b.*unknown chunk sizes"),
 ]
 
 _W = (0, 1, 0, 1)
 RIPLEY = [
+    Case("unknown-chunks", lambda c, d: wb.ripley_k(_unknown_chunks(d.pts), [0.1], window=_W, client=c), ValueError,
+         r"\bpoints\b.*unknown chunk sizes"),
     Case("negative-radii", lambda c, d: wb.ripley_k(d.pts, [-0.1, 0.1], window=_W, client=c), ValueError,
          r"\bradii\b"),
     Case("unsorted-radii", lambda c, d: wb.ripley_k(d.pts, [0.2, 0.1], window=_W, client=c), ValueError,
@@ -244,6 +254,11 @@ TRIDIAG = [
     Case("dask-nan-on-workers", lambda c, d: wb.tridiag_solve(
         *(_dask(a, 12) for a in _tri(d)[:3]), _dask(_with(d.tri[3], 20, np.nan), 12), client=c), ValueError,
          r"\bb\b", where="cluster"),
+    Case("unknown-chunks", lambda c, d: wb.tridiag_solve(*(_dask(a, 12) for a in _tri(d)[:3]),
+                                                         _unknown_chunks(d.tri[3]), client=c),
+         ValueError, r"\bb\b.*unknown chunk sizes"),
+    Case("compact-unknown-chunks", lambda c, d: wb.compact_derivative(_unknown_chunks(d.tri[3]), 0.1, client=c),
+         ValueError, r"\bf\b.*unknown chunk sizes"),
 ]
 
 FFT = [
@@ -256,6 +271,8 @@ FFT = [
          ValueError, r"\bx\b.*unknown chunk sizes"),
     Case("s<0", lambda c, d: wb.fftn(d.x3, s=(-1, 8, 4), client=c), ValueError, r"\bs\b"),
     Case("s-length", lambda c, d: wb.fftn(d.x3, s=(8, 8), axes=(0, 1, 2), client=c), ValueError, r"\bs\b"),
+    Case("s-float", lambda c, d: wb.fftn(d.x3, s=(8.5, 8, 4), client=c), TypeError, r"\bs\b"),   # numpy's too
+    Case("s-string", lambda c, d: wb.rfftn(d.x3, s="88", axes=(0, 1), client=c), TypeError, r"\bs\b"),
     Case("scalar", lambda c, d: wb.ifftn(np.float64(1.0), client=c), ValueError, r"\bx\b"),
     Case("ifftn-strings", lambda c, d: wb.ifftn(d.x3.astype(str), client=c), (TypeError, ValueError), r"\bx\b"),
     Case("decomposition", lambda c, d: wb.fftn(d.x3, decomposition="cubes", client=c), ValueError,
@@ -282,6 +299,12 @@ DISTRIBUTE = [
     Case("unknown-keyword", lambda c, d: wb.distribute(d.X, client=c, foo=1), TypeError, r"distribute\(\).*\bfoo\b"),
     Case("unknown-worker", lambda c, d: wb.distribute(d.X, workers=["tcp://10.255.255.1:1"], client=c),
          ValueError, r"\bworkers\b"),
+    # the caller's word on symmetry is checked once, where the blocks are (coloring trusted it: an invalid
+    # coloring of a directed path)
+    Case("symmetric-wrong", lambda c, d: wb.distribute(d.directed, symmetric=True, client=c), ValueError,
+         r"\bsymmetric\b", where="cluster"),
+    Case("symmetric-wrong-2d", lambda c, d: wb.distribute(d.A, partition="2d", symmetric=False, client=c),
+         ValueError, r"\bsymmetric\b", where="cluster"),
 ]
 
 DATA = [

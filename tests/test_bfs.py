@@ -143,7 +143,7 @@ def _path_with_cancelling_pairs(n: int) -> sp.csr_matrix:
     there is their sum, 0, so no edge (as scipy reads it: ``A[0, n-1] == 0``)."""
     P = sp.csr_matrix(_path_with_stored_zeros(n))
     P.eliminate_zeros()
-    rows = [list(zip(P.indices[P.indptr[i]:P.indptr[i + 1]], P.data[P.indptr[i]:P.indptr[i + 1]]))
+    rows = [list(zip(P.indices[P.indptr[i]:P.indptr[i + 1]], P.data[P.indptr[i]:P.indptr[i + 1]], strict=True))
             for i in range(n)]
     rows[0] += [(n - 1, 1.0), (n - 1, -1.0)]
     rows[n - 1] = [(0, -1.0)] + rows[n - 1] + [(0, 1.0)]

@@ -53,6 +53,7 @@ from .placement import (
     chunk_sources,
     compute_all,
     held,
+    known_chunks,
     make_again_if_lost,
     move_keys,
     persist,
@@ -482,6 +483,12 @@ def _keeps_source(fn: Callable) -> Callable:
         for attempt in range(_DISTRIBUTE_RETRIES + 1):
             try:
                 out = fn(obj, client, **kwargs)
+                claim = kwargs.get("symmetric")
+                if claim is not None and getattr(out, "kind", None) == "csr":
+                    out.symmetric = None   # the caller's word, checked once: a few integers per block travel
+                    if check_symmetric(out, client) != bool(claim):
+                        raise ValueError(f"symmetric={claim!r}, but the matrix's pattern is "
+                                         f"{'not ' if claim else ''}symmetric")
                 if isinstance(out, RowBlocks | BlockGrid) and out.lineage is None:
                     out.lineage = _host_lineage(out, obj, replicas)
                     out.lineage.place_copies(client, out.parts, out.workers)
@@ -574,6 +581,7 @@ def check_entries(name: str, obj: Any) -> None:
     --------
     >>> check_entries("graph", sp.csr_matrix(np.eye(3)))          # doctest: +SKIP
     """
+    known_chunks(name, obj)
     dt = np.dtype(obj.dtype)
     if dt.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers, got dtype {dt}")
@@ -1035,7 +1043,9 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
         Number of row blocks (default: one per worker; blocks are dealt to
         workers round-robin when larger).
     symmetric : bool, optional
-        Record that a sparse matrix is symmetric (checked by graph kernels).
+        Whether a sparse matrix's pattern is symmetric: checked here, once
+        (a ``ValueError`` when it is not so), and remembered for the graph
+        kernels, which otherwise check it on their first call.
     replicas : int
         Copies of each partition on distinct workers.  With 1 (default) a
         partition lost with its worker is sent again from ``obj`` while the

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..cluster import backend_of, worker_addresses
 
-__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "move_keys", "remember_call",
-           "make_again_if_lost", "CallLineage"]
+__all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "known_chunks", "move_keys",
+           "remember_call", "make_again_if_lost", "CallLineage"]
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
@@ -160,6 +160,17 @@ def persist(x: Any, client: Any) -> Any:
     if any(f is None for f in futs):   # small chunks, another host: the graph's own way
         return client.persist(x)
     return da.Array({f.key: f for f in futs}, x.name, x.chunks, meta=x._meta)
+
+
+def known_chunks(name: str, x: Any) -> None:
+    """A ``ValueError`` naming ``name`` when the dask array ``x`` has chunks of unknown size (after boolean
+    indexing: dask's NaN shape failed deep inside a kernel as "cannot convert float NaN to integer")."""
+    import math
+
+    shape = getattr(x, "shape", ())
+    if hasattr(x, "dask") and any(isinstance(v, float) and math.isnan(v) for v in shape):
+        raise ValueError(f"{name} has unknown chunk sizes (shape {shape}, e.g. after boolean indexing): call "
+                         f"{name}.compute_chunk_sizes() first")
 
 
 def array_of(futures: Sequence[Any], chunks: Sequence[Sequence[int]], dtype: Any) -> Any:

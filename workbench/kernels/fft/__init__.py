@@ -52,6 +52,7 @@ from ...partition import (
     _scatter_all,
     array_of,
     block_offsets,
+    known_chunks,
     move_keys,
     persist,
     resilient,
@@ -245,14 +246,14 @@ def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: An
     ndim = x.ndim
     if ndim == 0:
         raise ValueError("x must have at least one dimension")
-    if any(math.isnan(v) for v in x.shape):
-        raise ValueError(f"x has unknown chunk sizes (shape {x.shape}, e.g. after boolean indexing): call "
-                         "x.compute_chunk_sizes() first")
+    known_chunks("x", x)
     if s is not None:
-        try:
-            s = tuple(int(v) for v in s)
+        try:   # ints only, as numpy: int() made s=(8.5, 6) an 8-point transform and s="88" (8, 8)
+            if isinstance(s, str):
+                raise TypeError(s)
+            s = tuple(operator.index(v) for v in s)
         except TypeError as e:
-            raise ValueError(f"s must be a sequence of ints, got {s!r}") from e
+            raise TypeError(f"s must be a sequence of ints, got {s!r}") from e
     if axes is None:
         axes = tuple(range(ndim - len(s), ndim)) if s is not None else tuple(range(ndim))
     else:

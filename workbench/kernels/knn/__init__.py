@@ -68,7 +68,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks, resilient
+from ...partition import RowBlocks, as_row_blocks, known_chunks, resilient
 from .cpu import _count_hits, _scan_kernel
 from .ranks import _approx_rank, _exact_rank, _new_lists
 
@@ -320,6 +320,7 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: d
             raise TypeError("X must be dense row blocks (points), got CSR blocks")
         shape = X.shape
     elif hasattr(X, "dask") and hasattr(X, "shape"):
+        known_chunks("X", X)
         shape = X.shape
     else:
         if not hasattr(X, "shape") or not hasattr(X, "dtype"):

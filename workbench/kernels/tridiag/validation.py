@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...backend import to_host
-from ...partition import CHECK_BLOCK, RowBlocks, all_finite, check_one_per_worker
+from ...partition import CHECK_BLOCK, RowBlocks, all_finite, check_one_per_worker, known_chunks
 from .params import _ENGINES, _REDUCED
 
 
@@ -64,6 +64,7 @@ def _as_float(name: str, x: Any, kind: str) -> Any:
     else:
         if kind == "host":
             x = np.asarray(to_host(x))
+        known_chunks(name, x)
         dt = np.dtype(x.dtype)
     if dt.kind == "c":
         raise TypeError(f"{name} is complex; only real systems are supported")
