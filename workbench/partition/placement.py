@@ -26,6 +26,10 @@ __all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "k
            "remember_call", "make_again_if_lost", "CallLineage"]
 
 
+#: Seconds a scatter waits for its worker to be there (distributed's default: the 30 s connect timeout).
+_SCATTER_WAIT = 5.0
+
+
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
     return _scatter_all(client, [obj], [worker])[0]
 
@@ -57,7 +61,10 @@ def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], devic
     futs = comms._samehost.scatter_by_pull(client, objs, workers)
     for i, (obj, worker) in enumerate(zip(objs, workers, strict=True)):
         if futs[i] is None:
-            [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False)
+            # the timeout bounds the wait for the worker to be there (not the transfer): one killed a moment
+            # ago, taken as a repair's target, held the repair for distributed's 30 s connect timeout
+            [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False,
+                                       timeout=_SCATTER_WAIT)
         if device and backend_of(client) == "gpu":
             # on GPU workers a partition lives in device memory: moved there once, when distributed
             from ..backend import to_device
