@@ -138,6 +138,19 @@ BFS = [
     Case("grid", lambda c, d: wb.bfs(d.A, 0, partition="2d", grid=(3, 3), client=c), ValueError, r"\bgrid\b"),
     Case("container-non-symmetric", lambda c, d: wb.bfs(d.G_directed, 0, client=c), ValueError,
          r"\bgraph\b.*symmetric", where="cluster"),
+    # a bool is an int to isinstance: alpha=True and grid=(True, 2) ran as 1
+    Case("alpha-bool", lambda c, d: wb.bfs(d.A, 0, alpha=True, client=c), ValueError, r"\balpha\b"),
+    Case("grid-bool", lambda c, d: wb.bfs(d.A, 0, partition="2d", grid=(True, 2), client=c), ValueError,
+         r"\bgrid\b"),
+    Case("client-str", lambda c, d: wb.bfs(d.A, 0, client="x"), TypeError, r"\bclient\b"),
+    Case("graph500-n_roots-bool", lambda c, d: wb.graph500(6, n_roots=True, client=c), TypeError, r"\bn_roots\b"),
+    Case("graph500-validate-str", lambda c, d: wb.graph500(6, validate="no", client=c), TypeError,
+         r"\bvalidate\b"),
+    # a scale-6 graph labelled scale 7 in the result
+    Case("graph500-scale", lambda c, d: wb.graph500(7, graph=d.G, client=c), ValueError, r"\bgraph\b.*\bscale\b"),
+    Case("validate_bfs-none", lambda c, d: wb.validate_bfs(d.A, None, 0), TypeError, r"\bresult\b"),
+    Case("validate_bfs-level", lambda c, d: wb.validate_bfs(d.A, np.zeros(d.n, int), 0, level=np.zeros(3, int)),
+         ValueError, r"\blevel\b"),
 ]
 
 COLOR = [
@@ -172,6 +185,15 @@ KNN = [
          where="cluster"),
     Case("unknown-chunks", lambda c, d: wb.knn_graph(_unknown_chunks(d.X), 3, client=c), ValueError,
          r"\bX\b.*unknown chunk sizes"),
+    Case("sparse", lambda c, d: wb.knn_graph(sp.csr_matrix(d.X), 3, client=c), TypeError, r"\bX\b"),
+    # indices past n gave recall 0.0; a float reference was taken as indices
+    Case("reference-range", lambda c, d: wb.knn_graph(d.X, 3, reference=np.full((40, 3), 999), client=c),
+         ValueError, r"\breference\b"),
+    Case("reference-float", lambda c, d: wb.knn_graph(d.X, 3, reference=np.zeros((40, 3)), client=c), TypeError,
+         r"\breference\b"),
+    Case("seed-float", lambda c, d: wb.knn_graph(d.X, 3, seed=1.5, client=c), TypeError, r"\bseed\b"),
+    Case("seed<0", lambda c, d: wb.knn_graph(d.X, 3, seed=-1, client=c), ValueError, r"\bseed\b"),
+    Case("reverse-str", lambda c, d: wb.knn_graph(d.X, 3, reverse="x", client=c), TypeError, r"\breverse\b"),
 ]
 
 _W = (0, 1, 0, 1)
@@ -187,6 +209,10 @@ RIPLEY = [
          r"\bradii\b"),
     Case("complex-radii", lambda c, d: wb.ripley_k(d.pts, np.array([0.1, 0.2], complex), window=_W, client=c),
          TypeError, r"\bradii\b"),
+    Case("bool-radii", lambda c, d: wb.ripley_k(d.pts, [False, True], window=_W, client=c), TypeError,
+         r"\bradii\b"),
+    Case("string-window", lambda c, d: wb.ripley_k(d.pts, [0.1], window=("0", "1", "0", "1"), client=c), TypeError,
+         r"\bwindow\b"),
     Case("string-times", lambda c, d: wb.ripley_k(d.pts, [0.1], window=_W, times=np.full(len(d.pts), "1"),
                                                   time_window=(0, 2), time_radii=[0.5], client=c), TypeError,
          r"\btimes\b"),
@@ -228,6 +254,11 @@ SPMM = [
     Case("algorithm", lambda c, d: wb.spmm(d.A, d.B, algorithm="fastest", client=c), ValueError, r"\balgorithm\b"),
     Case("dask-B-nan", lambda c, d: wb.spmm(d.G, _dask(_with(d.B, (7, 1), np.nan), (32, 3)), client=c),
          ValueError, r"\bB\b", where="cluster"),
+    Case("seed-str", lambda c, d: wb.spmm(d.A, d.B, seed="a", client=c), TypeError, r"\bseed\b"),
+    Case("return_stats-str", lambda c, d: wb.spmm(d.A, d.B, return_stats="x", client=c), TypeError,
+         r"\breturn_stats\b"),
+    Case("spgemm-empty", lambda c, d: wb.spgemm(sp.csr_matrix((0, 20)), sp.csr_matrix((20, 4)), client=c),
+         ValueError, r"\bA\b.*empty"),
 ]
 
 TRIDIAG = [
@@ -257,6 +288,10 @@ TRIDIAG = [
     Case("unknown-chunks", lambda c, d: wb.tridiag_solve(*(_dask(a, 12) for a in _tri(d)[:3]),
                                                          _unknown_chunks(d.tri[3]), client=c),
          ValueError, r"\bb\b.*unknown chunk sizes"),
+    Case("ragged", lambda c, d: wb.tridiag_solve(np.ones(1), [[1.0, 2.0], [3.0]], np.ones(1), np.ones(2),
+                                                 client=c), ValueError, r"\bd\b"),
+    Case("compact-order-bool", lambda c, d: wb.compact_derivative(d.tri[3], 0.1, order=True, client=c), TypeError,
+         r"\border\b"),
     Case("compact-unknown-chunks", lambda c, d: wb.compact_derivative(_unknown_chunks(d.tri[3]), 0.1, client=c),
          ValueError, r"\bf\b.*unknown chunk sizes"),
 ]
@@ -272,6 +307,9 @@ FFT = [
     Case("s<0", lambda c, d: wb.fftn(d.x3, s=(-1, 8, 4), client=c), ValueError, r"\bs\b"),
     Case("s-length", lambda c, d: wb.fftn(d.x3, s=(8, 8), axes=(0, 1, 2), client=c), ValueError, r"\bs\b"),
     Case("s-float", lambda c, d: wb.fftn(d.x3, s=(8.5, 8, 4), client=c), TypeError, r"\bs\b"),   # numpy's too
+    Case("grid-int", lambda c, d: wb.fftn(d.x3, grid=2, client=c), TypeError, r"\bgrid\b"),
+    Case("grid-str", lambda c, d: wb.fftn(d.x3, grid=("a",), client=c), TypeError, r"\bgrid\b"),
+    Case("ragged", lambda c, d: wb.fftn([[1.0, 2.0], [3.0]], client=c), ValueError, r"\bx\b"),
     Case("s-string", lambda c, d: wb.rfftn(d.x3, s="88", axes=(0, 1), client=c), TypeError, r"\bs\b"),
     Case("scalar", lambda c, d: wb.ifftn(np.float64(1.0), client=c), ValueError, r"\bx\b"),
     Case("ifftn-strings", lambda c, d: wb.ifftn(d.x3.astype(str), client=c), (TypeError, ValueError), r"\bx\b"),
@@ -322,6 +360,15 @@ DATA = [
     Case("search_keys-n", lambda c, d: wb.data.search_keys(d.A, -1), ValueError, r"\bn\b"),
     Case("random_sparse-seed", lambda c, d: wb.data.random_sparse((4, 4), 0.5, seed=2.0), ValueError,
          r"\bseed\b"),
+    Case("random_sparse-dtype", lambda c, d: wb.data.random_sparse((4, 4), 0.5, dtype="foo"), TypeError,
+         r"\bdtype\b"),
+    Case("grid-periodic-str", lambda c, d: wb.data.grid_graph((3, 3), periodic="y"), TypeError, r"\bperiodic\b"),
+    Case("search_keys-none", lambda c, d: wb.data.search_keys(None, 2), TypeError, r"\bdegrees_or_graph\b"),
+    # an unknown address ran the generator elsewhere
+    Case("rmat_distributed-workers", lambda c, d: wb.data.rmat_distributed(4, workers=["tcp://10.255.255.1:1"],
+                                                                          client=c), ValueError, r"\bworkers\b"),
+    Case("rmat_distributed-no-workers", lambda c, d: wb.data.rmat_distributed(4, workers=[], client=c), ValueError,
+         r"\bworkers\b"),
 ]
 
 CLUSTER = [
@@ -329,6 +376,7 @@ CLUSTER = [
     Case("n_workers=0", lambda c, d: wb.cluster("cpu", n_workers=0), ValueError, r"\bn_workers\b"),
     Case("n_workers-str", lambda c, d: wb.cluster("cpu", n_workers="2"), (TypeError, ValueError), r"\bn_workers\b"),
     Case("threads=0", lambda c, d: wb.cluster("cpu", threads_per_worker=0), ValueError, r"\bthreads_per_worker\b"),
+    Case("quiet-str", lambda c, d: wb.cluster("cpu", quiet="x"), TypeError, r"\bquiet\b"),
     # distributed waits for a missing scheduler file with no timeout
     Case("scheduler_file-missing", lambda c, d: wb.cluster(scheduler_file="/nonexistent/scheduler.json"),
          FileNotFoundError, r"\bscheduler_file\b"),
@@ -375,7 +423,7 @@ def test_the_cluster_still_works_afterwards(clients, data):
 
 #: Client-side cases that compare an argument with the cluster's workers: they need one.
 _NEED_WORKERS = {"bfs-grid", "distribute-replicas>workers", "distribute-grid-too-large", "distribute-unknown-worker",
-                 "fftn-workers"}
+                 "fftn-workers", "data-rmat_distributed-workers", "data-rmat_distributed-no-workers"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{k}-{c.id}") for k, cs in TABLE.items() if k != "cluster"

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import backend as _backend
@@ -274,6 +274,8 @@ class Cluster:
                  address: str | None = None, scheduler_file: str | None = None, *, quiet: bool = False,
                  pin: bool | None = None, **kwargs: Any) -> None:
         _validate(backend, n_workers, threads_per_worker, address, scheduler_file, pin)
+        if not isinstance(quiet, bool):
+            raise TypeError(f"quiet must be a bool, got {type(quiet).__name__} {quiet!r}")
         self.pin = pin
         self.backend = backend
         self.n_workers = n_workers
@@ -495,6 +497,8 @@ def _hooked(client: Any) -> Iterator[None]:
 def default_client(client: Any = None) -> Any:
     """``client`` or the current default ``distributed.Client`` (``client=None``)."""
     if client is not None:
+        if not (hasattr(client, "submit") and hasattr(client, "sync")):
+            raise TypeError(f"client must be a distributed.Client or None, got {type(client).__name__}")
         if getattr(client, "status", None) in ("closing", "closed"):
             # said here, not as "IOLoop is closed" or an AttributeError from deep inside distributed
             raise ValueError("client is closed (its cluster was shut down): start a new one, e.g. "
@@ -523,6 +527,32 @@ def scheduler_identity(client: Any) -> dict:
 def worker_addresses(client: Any) -> list[str]:
     """Addresses of the client's workers in a stable (sorted) order."""
     return sorted(scheduler_identity(client)["workers"])
+
+
+def chosen_workers(client: Any, workers: Sequence[str] | None = None) -> list[str]:
+    """``workers`` as the caller named them, each checked to be a worker of the cluster, or every
+    worker, sorted: a ``ValueError`` naming ``workers`` otherwise (an unknown address ran elsewhere, or
+    failed later as a lost worker).
+
+    Examples
+    --------
+    >>> chosen_workers(client, worker_addresses(client)[:1])     # doctest: +SKIP
+    ['tcp://127.0.0.1:40001']
+    """
+    alive = worker_addresses(client)
+    if workers is None:
+        if not alive:
+            raise ValueError("the cluster has no workers")
+        return alive
+    if isinstance(workers, str) or not all(isinstance(w, str) for w in workers):
+        raise TypeError(f"workers must be a list of worker addresses, got {workers!r}")
+    workers = list(workers)
+    if not workers:
+        raise ValueError("workers must name at least one worker")
+    unknown = sorted(set(workers) - set(alive))
+    if unknown:
+        raise ValueError(f"workers {unknown} are not workers of this cluster ({len(alive)} workers)")
+    return workers
 
 
 def backend_of(client: Any) -> str:

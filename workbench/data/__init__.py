@@ -207,12 +207,12 @@ def rmat_distributed(scale: int, edgefactor: int = 16, seed: int = 0, client: An
     >>> G = rmat_distributed(16, seed=1, client=client)        # doctest: +SKIP
     """
     from .. import comms
-    from ..cluster import default_client, worker_addresses
+    from ..cluster import chosen_workers, default_client
     from ..partition import RowBlocks, TaskLineage, block_offsets
 
     _validate_scale(scale, edgefactor, seed)
     client = default_client(client)
-    addrs = list(workers) if workers is not None else worker_addresses(client)
+    addrs = chosen_workers(client, workers)
     P = len(addrs)
     n = 1 << scale
     n_blocks = -(-edgefactor * n // EDGE_BLOCK)
@@ -248,6 +248,9 @@ def search_keys(degrees_or_graph: Any, n: int = 64, seed: int = 0) -> np.ndarray
         deg = np.diff(edge_pattern(degrees_or_graph).indptr)   # a stored zero is no edge
     else:
         deg = np.asarray(degrees_or_graph)
+        if deg.ndim != 1 or deg.dtype.kind not in "iuf":
+            raise TypeError(f"degrees_or_graph must be a degree vector or a sparse matrix, got "
+                            f"{type(degrees_or_graph).__name__}")
     candidates = np.flatnonzero(deg > 0)
     rng = np.random.default_rng([int(seed), 0xB5F])
     k = min(int(n), len(candidates))
@@ -265,6 +268,8 @@ def grid_graph(shape: Sequence[int], periodic: bool = False) -> sp.csr_matrix:
     if (not isinstance(shape, Sequence) or not 1 <= len(shape) <= 3
             or not all(isinstance(s, int | np.integer) and not isinstance(s, bool) and s >= 1 for s in shape)):
         raise ValueError(f"shape must be one to three positive ints, got {shape!r}")
+    if not isinstance(periodic, bool | np.bool_):
+        raise TypeError(f"periodic must be a bool, got {type(periodic).__name__} {periodic!r}")
     shape = tuple(int(s) for s in shape)
     n = int(np.prod(shape))
     idx = np.arange(n).reshape(shape)

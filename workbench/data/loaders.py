@@ -289,13 +289,10 @@ def _edge_rank(comm: Any, _: Any, path: str, n: int | None, symmetrize: bool, co
 
 
 def _addresses(client: Any, workers: Sequence[str] | None) -> tuple[Any, list[str]]:
-    from ..cluster import default_client, worker_addresses
+    from ..cluster import chosen_workers, default_client
 
     client = default_client(client)
-    addrs = list(workers) if workers is not None else worker_addresses(client)
-    if not addrs:
-        raise ValueError("the cluster has no workers")
-    return client, addrs
+    return client, chosen_workers(client, workers)
 
 
 def _with_retries(read: Any, client: Any, addrs: list[str], fixed: bool) -> tuple[list[str], Any]:
@@ -396,7 +393,10 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
     >>> wb.bfs(G, source=0, client=client).stats["backend"]        # doctest: +SKIP
     'cpu'
     """
+    from ..partition import check_bool
+
     path = _check_path(path)
+    check_bool("symmetrize", symmetrize)
     header = mtx_header(path)
     if symmetrize and header["shape"][0] != header["shape"][1]:
         raise ValueError(f"symmetrize=True needs a square matrix, {path} is {header['shape']}")
@@ -487,6 +487,10 @@ def load_edgelist(path: str | os.PathLike, *, n: int | None = None, symmetrize: 
         raise ValueError(f"n must be a non-negative int or None, got {n!r}")
     if not isinstance(comments, str) or len(comments) != 1:
         raise ValueError(f"comments must be a single character, got {comments!r}")
+    from ..partition import check_bool
+
+    check_bool("symmetrize", symmetrize)
+    check_bool("zero_based", zero_based)
     if client is None:
         with _opener(path)(path, "rb") as f:
             src, dst = _parse_columns(f.read(), 2, (np.int64, np.int64), comments, path)

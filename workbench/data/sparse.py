@@ -53,6 +53,16 @@ def _check(shape: Any, density: Any, seed: Any, values: str) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
+def _real_dtype(dtype: Any) -> np.dtype:
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError as e:   # numpy's "data type 'foo' not understood"
+        raise TypeError(f"dtype must be a real numeric dtype, got {dtype!r}") from e
+    if dtype.kind not in "fiu":
+        raise TypeError(f"dtype must be a real numeric dtype, got {dtype}")
+    return dtype
+
+
 def _block(m: int, n: int, density: float, seed: int, block: int, values: str,
            dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``[block * ROW_BLOCK, ...)`` as (row counts, column ids, values)."""
@@ -84,7 +94,7 @@ def random_sparse_rows(shape: Sequence[int], density: float, seed: int, lo: int,
     m, n = _check(shape, density, seed, values)
     if not 0 <= lo <= hi <= m:
         raise ValueError(f"row range [{lo}, {hi}) is not inside [0, {m})")
-    dtype = np.dtype(dtype)
+    dtype = _real_dtype(dtype)
     counts, cols, vals = [], [], []
     for b in range(lo // ROW_BLOCK, -(-hi // ROW_BLOCK)):
         c, j, v = _block(m, n, float(density), int(seed), b, values, dtype)
@@ -163,13 +173,11 @@ def random_sparse(shape: Sequence[int], density: float, seed: int = 0, client: A
     m, n = _check(shape, density, seed, values)
     if client is None and workers is None:
         return random_sparse_rows((m, n), density, seed, 0, m, values=values, dtype=dtype)
-    from ..cluster import default_client, worker_addresses
+    from ..cluster import chosen_workers, default_client
     from ..partition import RowBlocks, TaskLineage, block_offsets
 
     client = default_client(client)
-    addrs = list(workers) if workers is not None else worker_addresses(client)
-    if not addrs:
-        raise ValueError("workers must name at least one worker")
+    addrs = chosen_workers(client, workers)
     offsets = block_offsets(m, len(addrs))
     parts = [client.submit(random_sparse_rows, (m, n), density, int(seed), int(offsets[r]), int(offsets[r + 1]),
                            values=values, dtype=dtype, workers=[w], allow_other_workers=False, pure=False)

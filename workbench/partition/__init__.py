@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import default_client, worker_addresses
+from ..cluster import chosen_workers, default_client, worker_addresses
+from .args import check_bool, check_int
 from .pattern import check_symmetric, edge_pattern, pattern_symmetric
 from .pattern import pattern_hashes as pattern_hashes
 from .pattern import splitmix64 as splitmix64
@@ -91,6 +92,8 @@ __all__ = [
     "await_workers",
     "check_entries",
     "check_symmetric",
+    "check_int",
+    "check_bool",
     "pattern_symmetric",
     "edge_pattern",
 ]
@@ -551,13 +554,7 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
         raise ValueError(f"grid applies to partition='2d' only, got grid={grid!r} with partition={partition!r}")
     client = default_client(client)
     alive = worker_addresses(client)
-    if workers is not None:
-        unknown = sorted(set(workers) - set(alive))
-        if unknown:
-            raise ValueError(f"workers {unknown} are not workers of this cluster ({len(alive)} workers)")
-    addrs = list(workers) if workers is not None else alive
-    if not addrs:
-        raise ValueError("the cluster has no workers")
+    addrs = chosen_workers(client, workers)
     if replicas > len(set(alive)):
         raise ValueError(f"replicas={replicas} needs as many workers; the cluster has {len(set(alive))}")
     if partition == "2d" and grid is not None and grid[0] * grid[1] > len(addrs):
@@ -931,7 +928,8 @@ def resilient(fn: Callable) -> Callable:
         bound = sig.bind_partial(*args, **kwargs)
         try:
             client = default_client(bound.arguments.get("client"))
-        except ValueError:   # no client: the call validates its arguments first, then says so itself
+        except (TypeError, ValueError):   # no client (or not one): the call validates its arguments first,
+            # then says so itself
             return fn(*args, **kwargs)
         containers = _containers(list(bound.arguments.values()))
         cached = set(getattr(client, "_workbench_alive", ()))  # the workers comms saw last (no round trip)

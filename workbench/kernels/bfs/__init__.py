@@ -58,7 +58,9 @@ from ...cluster import default_client
 from ...partition import (
     BlockGrid,
     RowBlocks,
+    check_bool,
     check_entries,
+    check_int,
     check_one_per_worker,
     edge_pattern,
     grid_shape,
@@ -243,10 +245,12 @@ def graph500(scale: int, edgefactor: int = 16, n_roots: int = 64, seed: int = 0,
     >>> bool(g.valid.all()), g.stats["harmonic_mean_TEPS"] > 0   # doctest: +SKIP
     (True, True)
     """
-    if not isinstance(n_roots, int | np.integer) or n_roots < 1:
-        raise ValueError(f"n_roots must be a positive int, got {n_roots!r}")
+    check_int("n_roots", n_roots, low=1)
+    check_bool("validate", validate)
     if graph is not None and not isinstance(graph, RowBlocks):
         raise TypeError(f"graph must be the RowBlocks of rmat_distributed, got {type(graph).__name__}")
+    if graph is not None and tuple(graph.shape) != (1 << int(scale),) * 2:
+        raise ValueError(f"graph has {graph.shape[0]} vertices, not the 2**{scale} of scale={scale}")
     if partition == "auto":
         partition = "1d"
     from ... import data
@@ -321,6 +325,8 @@ def validate_bfs(graph: Any, result: Any, source: int | None = None, *,
     if not sp.issparse(graph):
         raise TypeError(f"graph must be a scipy sparse matrix or a graph container, got {type(graph).__name__}")
     A = edge_pattern(graph)
+    if result is None or isinstance(result, str | bytes):
+        raise TypeError(f"result must be a BFSResult or a parent array, got {type(result).__name__}")
     parent = np.asarray(getattr(result, "parent", result), dtype=np.int64)
     if source is None and not hasattr(result, "source"):
         raise ValueError("source is required when result is a plain parent array")
@@ -332,6 +338,8 @@ def validate_bfs(graph: Any, result: Any, source: int | None = None, *,
     if not 0 <= source < n:
         raise ValueError(f"source must be in [0, {n}), got {source}")
     lvl = None if level is None else np.asarray(level, dtype=np.int64)
+    if lvl is not None and lvl.shape != (n,):
+        raise ValueError(f"level: expected an array of shape ({n},), got {lvl.shape}")
     counts = _check_block(A.indptr, A.indices, 0, parent, lvl, source)
     return _report(counts)
 
@@ -372,11 +380,11 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
     if direction not in _DIRECTIONS:
         raise ValueError(f"direction must be one of {_DIRECTIONS}, got {direction!r}")
     for name, v in (("alpha", alpha), ("beta", beta)):
-        if not isinstance(v, int | float) or not v > 0 or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or not math.isfinite(v):
             raise ValueError(f"{name} must be a positive finite number, got {v!r}")
     if grid is not None:
         if (not isinstance(grid, tuple | list) or len(grid) != 2
-                or not all(isinstance(g, int | np.integer) and g >= 1 for g in grid)):
+                or not all(isinstance(g, int | np.integer) and not isinstance(g, bool) and g >= 1 for g in grid)):
             raise ValueError(f"grid must be a pair of positive ints (R, C), got {grid!r}")
         if partition == "1d" and grid[1] != 1:
             raise ValueError(f"partition='1d' needs grid (P, 1), got {grid!r}")

@@ -52,6 +52,7 @@ from ...partition import (
     _scatter_all,
     array_of,
     block_offsets,
+    check_int,
     known_chunks,
     move_keys,
     persist,
@@ -237,7 +238,10 @@ def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: An
         if hasattr(x, "__cuda_array_interface__"):
             x = x  # cupy host input: scattered as is
         else:
-            x = np.asarray(x)
+            try:
+                x = np.asarray(x)
+            except ValueError as e:   # a ragged list: numpy's "inhomogeneous shape"
+                raise ValueError(f"x must be an array of numbers: {e}") from None
     dt = np.dtype(x.dtype)
     if dt.kind not in "biufc":
         raise ValueError(f"x must have a numeric dtype, got {dt}")
@@ -274,7 +278,9 @@ def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: An
         if any(v < 1 for v in s):
             raise ValueError(f"s must be positive, got {s}")
     if grid is not None:
-        grid = tuple(int(g) for g in grid)
+        if not isinstance(grid, tuple | list):
+            raise TypeError(f"grid must be a tuple (p0,) or (p0, p1) of ints, got {type(grid).__name__}")
+        grid = tuple(check_int("grid entries", g) for g in grid)
         if len(grid) not in (1, 2) or any(g < 1 for g in grid):
             raise ValueError(f"grid must be (p0,) or (p0, p1) with positive entries, got {grid}")
         if decomposition == "slab" and len(grid) != 1 and grid[1] != 1:

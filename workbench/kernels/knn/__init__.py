@@ -68,7 +68,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks, known_chunks, resilient
+from ...partition import RowBlocks, as_row_blocks, check_bool, check_int, known_chunks, resilient
 from .cpu import _count_hits, _scan_kernel
 from .ranks import _approx_rank, _exact_rank, _new_lists
 
@@ -158,7 +158,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     >>> g.indices.shape, bool((np.diff(g.distances, axis=1) >= 0).all())
     ((2000, 10), True)
     """
-    parts, n, d, opts = _validate(X, k, exact, metric, reference, params)
+    parts, n, d, opts = _validate(X, k, exact, metric, reference, seed, params)
     client = default_client(client)
     blocks = as_row_blocks(X, client) if not isinstance(X, RowBlocks) else X
     addrs = list(blocks.workers)
@@ -303,7 +303,7 @@ def brute_force_knn(X: np.ndarray, k: int, metric: str = "euclidean") -> tuple[n
 # --------------------------------------------------------------------------
 
 
-def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: dict) -> tuple:
+def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, seed: Any, params: dict) -> tuple:
     if metric not in _METRICS:
         raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
     if not isinstance(exact, bool | np.bool_):
@@ -323,7 +323,7 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: d
         known_chunks("X", X)
         shape = X.shape
     else:
-        if not hasattr(X, "shape") or not hasattr(X, "dtype"):
+        if not hasattr(X, "shape") or not hasattr(X, "dtype") or hasattr(X, "tocsr"):   # sparse: no points
             raise TypeError(f"X must be an array-like of points, got {type(X).__name__}")
         parts = X
         shape = X.shape
@@ -349,8 +349,15 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, params: d
             raise ValueError("metric='cosine' needs non-zero rows; X has an all-zero row")
     if reference is not None:
         ref = reference.indices if isinstance(reference, KNNGraph) else np.asarray(reference)
+        if ref.dtype.kind not in "iu":
+            raise TypeError(f"reference must hold neighbour indices (ints), got dtype {ref.dtype}")
         if ref.ndim != 2 or ref.shape[0] != n or ref.shape[1] < k:
             raise ValueError(f"reference must be (n={n}, >= k={k}) neighbour indices, got {ref.shape}")
+        if ref.size and (ref.min() < 0 or ref.max() >= n):
+            raise ValueError(f"reference holds indices outside 0..{n - 1} (min {ref.min()}, max {ref.max()})")
+    check_int("seed", seed, low=0)
+    if not exact:
+        check_bool("reverse", opts["reverse"])
     if not exact and (not isinstance(opts["local_join"], int | np.integer) or opts["local_join"] < 0):
         raise ValueError(f"local_join must be an int >= 0, got {opts['local_join']!r}")
     for name in ("margin", "n_cells"):

@@ -242,7 +242,7 @@ def _sorted_radii(values: Any, name: str) -> np.ndarray:
         a = np.asarray(values)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name} must be an array of numbers, got {type(values).__name__}") from e
-    if a.dtype.kind not in "biuf":  # strings of digits or complex would cast silently
+    if a.dtype.kind not in "iuf":  # strings of digits, complex or bools would cast silently
         raise TypeError(f"{name} must be an array of real numbers, got dtype {a.dtype}")
     a = a.astype(np.float64, copy=False)
     if a.ndim != 1 or a.size == 0:
@@ -258,6 +258,8 @@ def _sorted_radii(values: Any, name: str) -> np.ndarray:
 
 def _interval(values: Any, name: str, n: int) -> tuple[float, ...]:
     try:
+        if isinstance(values, str) or any(isinstance(x, str | bytes | bool | np.bool_) for x in values):
+            raise TypeError(values)   # float("0") would read a string as a bound
         v = tuple(float(x) for x in values)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name} must be a sequence of {n} numbers, got {values!r}") from e

@@ -63,6 +63,8 @@ from ...partition import (
     all_finite,
     array_of,
     block_offsets,
+    check_bool,
+    check_int,
     check_one_per_worker,
     distribute,
     move_keys,
@@ -136,6 +138,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     True
     """
     _warn_return_stats("spmm", return_stats)
+    check_int("seed", seed, low=0)
     plan = _validate_spmm(A, B, algorithm, grid)
     client = default_client(client)
     t0 = time.perf_counter()
@@ -224,6 +227,7 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = No
 
 def _warn_return_stats(name: str, return_stats: bool | None) -> None:
     if return_stats is not None:
+        check_bool("return_stats", return_stats)
         warnings.warn(f"{name}(return_stats=...) is deprecated: the result carries its stats as .stats",
                       DeprecationWarning, stacklevel=3)
 
@@ -383,6 +387,8 @@ def _validate_spgemm(A: Any, B: Any) -> dict:
             raise TypeError(f"{name} must be a scipy sparse matrix or RowBlocks, got {type(x).__name__}")
         if len(x.shape) != 2:
             raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+        if min(x.shape) == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(x.shape)})")
         _check_dtype(name, x.dtype)
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"inner dimensions differ: A is {tuple(A.shape)}, B is {tuple(B.shape)}")

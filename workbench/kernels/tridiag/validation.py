@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...backend import to_host
-from ...partition import CHECK_BLOCK, RowBlocks, all_finite, check_one_per_worker, known_chunks
+from ...partition import CHECK_BLOCK, RowBlocks, all_finite, check_int, check_one_per_worker, known_chunks
 from .params import _ENGINES, _REDUCED
 
 
@@ -63,7 +63,10 @@ def _as_float(name: str, x: Any, kind: str) -> Any:
         dt = np.dtype(x.dtype)
     else:
         if kind == "host":
-            x = np.asarray(to_host(x))
+            try:
+                x = np.asarray(to_host(x))
+            except ValueError as e:   # a ragged list: numpy's "inhomogeneous shape"
+                raise ValueError(f"{name} must be an array of numbers: {e}") from None
         known_chunks(name, x)
         dt = np.dtype(x.dtype)
     if dt.kind == "c":
@@ -204,7 +207,7 @@ def _validate_rows(dl: RowBlocks, d: RowBlocks, du: RowBlocks, b: RowBlocks, per
 def _validate_compact(f: Any, h: Any, order: Any, periodic: Any, reduced: Any, engine: Any,
                       axis: Any = -1) -> _Spec:
     _check_options(periodic, reduced, engine)
-    if order != 1:
+    if check_int("order", order) != 1:
         raise ValueError(f"order must be 1 (the first derivative), got {order!r}")
     # a bool is an int to isinstance, but h=True is a slip, not a spacing of 1
     if isinstance(h, bool | np.bool_) or not isinstance(h, int | float | np.integer | np.floating) \

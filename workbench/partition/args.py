@@ -1,0 +1,38 @@
+"""Argument checks every public function shares, so each says the same thing about the same mistake:
+``check_int`` refuses a bool or a float where an int counts something (``True`` or ``1.5`` ran as 1),
+``check_bool`` a string where a flag is wanted (``"no"`` ran as true).
+
+Examples
+--------
+>>> check_int("n_roots", 8, low=1)
+8
+>>> check_bool("validate", "no")
+Traceback (most recent call last):
+    ...
+TypeError: validate must be a bool, got str 'no'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_int", "check_bool"]
+
+
+def check_int(name: str, value: Any, *, low: int | None = None) -> int:
+    """``value`` as an int: a ``TypeError`` naming ``name`` for a bool, float or other non-int, a
+    ``ValueError`` below ``low``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` as a bool: a ``TypeError`` naming ``name`` for anything else (a string is true)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
