@@ -688,12 +688,14 @@ def _gather_whole(c: RowBlocks | BlockGrid, client: Any, parts: Callable[[], lis
     was lost with its worker, as a kernel call would."""
     from concurrent.futures import CancelledError
 
+    from ..comms import WorkerLostError
+
     for attempt in range(2):
-        if lost_parts(c):
+        if lost_parts(c, set(worker_addresses(client)) if attempt else None):
             repair(c, client)
         try:
             return client.gather(parts())
-        except CancelledError:
+        except (CancelledError, WorkerLostError):   # a block Dask reran alone (a kernel's rank) refuses
             if attempt or not lost_parts(c, set(worker_addresses(client))):
                 raise
     raise AssertionError("unreachable")

@@ -63,8 +63,15 @@ def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], devic
         if futs[i] is None:
             # the timeout bounds the wait for the worker to be there (not the transfer): one killed a moment
             # ago, taken as a repair's target, held the repair for distributed's 30 s connect timeout
-            [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False,
-                                       timeout=_SCATTER_WAIT)
+            try:
+                [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False,
+                                           timeout=_SCATTER_WAIT)
+            except TimeoutError as e:   # "No valid workers found": a lost worker, for the callers' retries
+                if worker in worker_addresses(client):
+                    raise
+                from ..comms import WorkerLostError
+
+                raise WorkerLostError(f"worker {worker} left the cluster before its block reached it") from e
         if device and backend_of(client) == "gpu":
             # on GPU workers a partition lives in device memory: moved there once, when distributed
             from ..backend import to_device
@@ -256,7 +263,7 @@ def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int
     for path, item in ([((i,), v) for i, v in enumerate(out)] if isinstance(out, tuple | list) else [((), out)]):
         if hasattr(item, "lineage") and hasattr(item, "_set_part"):
             if item.lineage is None:
-                item.lineage = CallLineage(name, again, path, item.offsets)
+                item.lineage = CallLineage(name, again, path, item.offsets, getattr(item, "stats", None))
         elif hasattr(item, "dask") and hasattr(item, "chunks"):
             if type(item).__name__ == "Array":   # a plain dask array (a result transposed or joined)
                 item.__class__ = kernel_result
@@ -373,9 +380,11 @@ class CallLineage:
     rerun (its ranks made all the blocks together), and the new result's blocks at the lost indices
     taken, each left on the worker :func:`~workbench.partition.repair` chose."""
 
-    def __init__(self, name: str, again: Callable[[str], Any], path: tuple[int, ...], offsets: Any) -> None:
+    def __init__(self, name: str, again: Callable[[str], Any], path: tuple[int, ...], offsets: Any,
+                 stats: dict | None = None) -> None:
         self.name, self.again, self.path = name, again, path
         self.offsets = [int(o) for o in offsets]
+        self.stats = stats   # the result's own dict: the rerun's stats go into it
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "again": None}   # the call's arguments stay with the client
@@ -390,6 +399,10 @@ class CallLineage:
             raise WorkerLostError(f"{self.name}: result blocks {indices} were lost with their worker, and the "
                                   f"call run again on the workers there are now splits its result otherwise; "
                                   f"call {self.name} again")
+        stats = getattr(new, "stats", None)
+        if isinstance(self.stats, dict) and isinstance(stats, dict):
+            self.stats.clear()
+            self.stats.update(stats, retries=stats.get("retries", 0) + 1)
         homes: dict[str, list] = {}
         for i, w in zip(indices, workers, strict=True):
             homes.setdefault(w, []).append(new.parts[i].key)
