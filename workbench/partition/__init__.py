@@ -955,8 +955,8 @@ def resilient(fn: Callable) -> Callable:
                 except Exception as e:
                     # a repair's own WorkerLostError (nothing to rebuild from) is final; its other errors
                     # (a worker that died a moment ago taken as a target) are a loss like the call's
-                    why = None if repairing and isinstance(e, WorkerLostError) else \
-                        _lost_reason(e, client, containers, cached)
+                    why = None if repairing and isinstance(e, WorkerLostError) and not getattr(e, "midway", 0) \
+                        else _lost_reason(e, client, containers, cached)
                     if why is None:
                         raise
                     history.append(why)

@@ -26,8 +26,34 @@ __all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "k
            "remember_call", "make_again_if_lost", "CallLineage"]
 
 
-#: Seconds a scatter waits for its worker to be there (distributed's default: the 30 s connect timeout).
-_SCATTER_WAIT = 5.0
+#: Seconds a scatter waits for its worker (distributed's default: the 30 s connect timeout), and the
+#: bandwidth its transfer may not fall below before it counts as lost.
+_SCATTER_WAIT = 2.0
+_SCATTER_MIN_BPS = 50e6
+
+
+def _scatter_by_socket(client: Any, obj: Any, worker: str) -> Any:
+    """``client.scatter`` of one block to ``worker``, bounded: a worker killed a moment ago (taken as a
+    repair's target while the scheduler still listed it) held the call for distributed's 30 s connect
+    timeout, either waiting for it to be listed or retrying "connection refused".  A worker that is gone
+    then is a ``WorkerLostError`` the callers retry."""
+    import asyncio
+
+    nbytes = sum(int(getattr(getattr(obj, a, None), "nbytes", 0)) for a in ("data", "indices", "indptr")) \
+        if hasattr(obj, "indptr") else int(getattr(obj, "nbytes", 0))
+    scatter = client._scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False,
+                              timeout=_SCATTER_WAIT)
+    try:
+        [fut] = client.sync(asyncio.wait_for, scatter, 2 * _SCATTER_WAIT + nbytes / _SCATTER_MIN_BPS)
+    except OSError as e:   # TimeoutError too: "No valid workers found", or no connection within the bound
+        if worker in worker_addresses(client):
+            raise
+        from ..comms import WorkerLostError
+
+        err = WorkerLostError(f"worker {worker} left the cluster before its block reached it")
+        err.midway = True   # not final, even from a repair: resilient retries on the workers there are
+        raise err from e
+    return fut
 
 
 def _scatter_to(client: Any, obj: Any, worker: str) -> Any:
@@ -61,17 +87,7 @@ def _scatter_all(client: Any, objs: Sequence[Any], workers: Sequence[str], devic
     futs = comms._samehost.scatter_by_pull(client, objs, workers)
     for i, (obj, worker) in enumerate(zip(objs, workers, strict=True)):
         if futs[i] is None:
-            # the timeout bounds the wait for the worker to be there (not the transfer): one killed a moment
-            # ago, taken as a repair's target, held the repair for distributed's 30 s connect timeout
-            try:
-                [futs[i]] = client.scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False,
-                                           timeout=_SCATTER_WAIT)
-            except TimeoutError as e:   # "No valid workers found": a lost worker, for the callers' retries
-                if worker in worker_addresses(client):
-                    raise
-                from ..comms import WorkerLostError
-
-                raise WorkerLostError(f"worker {worker} left the cluster before its block reached it") from e
+            futs[i] = _scatter_by_socket(client, obj, worker)
         if device and backend_of(client) == "gpu":
             # on GPU workers a partition lives in device memory: moved there once, when distributed
             from ..backend import to_device
