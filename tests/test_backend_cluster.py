@@ -334,3 +334,34 @@ def test_cluster_start_lives_until_close():
         wb.distribute(np.ones(4), client=client)
     with pytest.raises(ValueError, match="client is closed"):
         wb.fftn(np.ones((4, 4)), client=client)
+
+
+def test_a_close_that_does_not_end_is_bounded_and_kills_the_workers_left():
+    # a nanny closed while it restarts a killed worker waits for it with no timeout: the close is bounded
+    # and the worker processes left are killed
+    from types import SimpleNamespace
+
+    from workbench.cluster import _close_local
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    asked = []
+
+    def close(timeout=None):
+        asked.append(timeout)
+        raise TimeoutError("nanny waits for its worker")
+
+    t0 = time.monotonic()
+    _close_local(SimpleNamespace(close=close, workers={0: SimpleNamespace(pid=child.pid)}), timeout=0.5)
+    assert child.wait(timeout=10) == -9 and time.monotonic() - t0 < 10
+    assert asked == [0.5]
+
+
+def test_a_scatter_to_a_worker_that_is_gone_is_a_lost_worker_soon(clients):
+    from workbench.comms import WorkerLostError
+    from workbench.partition.placement import _scatter_by_socket
+
+    client = clients(2)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerLostError, match="left the cluster") as e:
+        _scatter_by_socket(client, np.ones(4), "tcp://127.0.0.1:9")   # no worker there: distributed waited 30 s
+    assert e.value.midway and time.monotonic() - t0 < 15
