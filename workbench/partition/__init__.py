@@ -42,11 +42,8 @@ from .args import check_bool, check_int
 from .pattern import check_symmetric, edge_pattern, pattern_symmetric
 from .pattern import pattern_hashes as pattern_hashes
 from .pattern import splitmix64 as splitmix64
-
-# (`x as x`: re-exports, the kernels and tests take them from here)
-from .placement import _is_future as _is_future
-from .placement import _literal as _literal
 from .placement import (
+    _LOSS_ERRORS,
     _literal_rows,
     _scatter_all,
     _scatter_to,
@@ -61,6 +58,10 @@ from .placement import (
     remember_call,
     unheld,
 )
+
+# (`x as x`: re-exports, the kernels and tests take them from here)
+from .placement import _is_future as _is_future
+from .placement import _literal as _literal
 from .placement import _result_type as _result_type
 from .placement import as_block as as_block
 
@@ -882,8 +883,7 @@ def _lost_reason(exc: BaseException, client: Any, containers: list, known: set[s
     dead = [i for c in containers for i in lost_parts(c)]
     if dead:
         return f"partition(s) {dead} lost with their worker"
-    names = {"FutureCancelledError", "CancelledError", "KilledWorker", "CommClosedError", "FutureLostError"}
-    if isinstance(exc, CommsError | OSError) or type(exc).__name__ in names:
+    if isinstance(exc, CommsError | OSError) or type(exc).__name__ in _LOSS_ERRORS:
         from ..comms import lost_workers
 
         gone = lost_workers(sorted(known | {w for c in containers for w in c.workers}), client)

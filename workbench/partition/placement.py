@@ -256,8 +256,10 @@ def _result_type() -> type:
 # fewer workers cuts the result into other chunks.
 # --------------------------------------------------------------------------
 
-#: What reading a lost future raises (WorkerLostError: a rank Dask reran alone refused to run).
-_LOSS_ERRORS = ("FutureCancelledError", "CancelledError", "KilledWorker", "WorkerLostError")
+#: What reading or sending to something a lost worker held raises, by name (WorkerLostError: a rank Dask reran
+#: alone refused to run); resilient's _lost_reason reads the same list.
+_LOSS_ERRORS = ("FutureCancelledError", "CancelledError", "KilledWorker", "CommClosedError", "FutureLostError",
+                "WorkerLostError")
 
 
 def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int) -> None:
@@ -278,7 +280,7 @@ def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int
     kernel_result = _result_type()
     for path, item in ([((i,), v) for i, v in enumerate(out)] if isinstance(out, tuple | list) else [((), out)]):
         if hasattr(item, "lineage") and hasattr(item, "_set_part"):
-            if item.lineage is None:
+            if item.lineage is None and hasattr(item, "offsets"):   # row blocks (no kernel returns a grid)
                 item.lineage = CallLineage(name, again, path, item.offsets, getattr(item, "stats", None))
         elif hasattr(item, "dask") and hasattr(item, "chunks"):
             if type(item).__name__ == "Array":   # a plain dask array (a result transposed or joined)
