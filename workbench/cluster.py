@@ -47,6 +47,30 @@ def _validate(backend: str, n_workers: int | None, threads_per_worker: int, addr
                                 "`dask scheduler --scheduler-file ...` first)")
 
 
+def _check_cluster_options(backend: str, kwargs: dict) -> None:
+    """An option no local cluster class or its workers take is a TypeError here: in a worker process it
+    would only say "Nanny failed to start"."""
+    import inspect
+
+    from distributed import LocalCluster, Nanny, Worker
+    from distributed.core import Server
+
+    classes: list = [LocalCluster, Nanny, Worker, Server]
+    if backend in ("gpu", "auto"):
+        try:
+            from dask_cuda import LocalCUDACluster
+
+            classes.append(LocalCUDACluster)
+        except Exception:  # noqa: BLE001 - no dask-cuda: the gpu backend says so when it starts
+            pass
+    known = {name for c in classes for name, p in inspect.signature(c.__init__).parameters.items()
+             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    unknown = sorted(set(kwargs) - known - {"self"})
+    if unknown:
+        owners = " or ".join(c.__name__ for c in classes if c not in (Nanny, Worker, Server))
+        raise TypeError(f"cluster() got unknown option(s) {unknown}: not an option of {owners} or its workers")
+
+
 def _require_simulator() -> None:
     """Raise naming what is missing for ``backend="gpu-sim"``."""
     try:
@@ -274,6 +298,8 @@ class Cluster:
                  address: str | None = None, scheduler_file: str | None = None, *, quiet: bool = False,
                  pin: bool | None = None, **kwargs: Any) -> None:
         _validate(backend, n_workers, threads_per_worker, address, scheduler_file, pin)
+        if address is None and scheduler_file is None:
+            _check_cluster_options(backend, kwargs)
         if not isinstance(quiet, bool):
             raise TypeError(f"quiet must be a bool, got {type(quiet).__name__} {quiet!r}")
         self.pin = pin
