@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,23 @@ def _validate_scale(scale: int, edgefactor: int, seed: int) -> None:
     if isinstance(edgefactor, bool) or not isinstance(edgefactor, int | np.integer) or edgefactor < 1:
         raise ValueError(f"edgefactor must be a positive int, got {edgefactor!r}")
     check_seed(seed)
+
+
+#: Bytes per generated edge that building the host CSR surely needs (its peak measured here: ~150).
+_HOST_EDGE_BYTES = 64
+
+
+def _check_fits(scale: int, edgefactor: int) -> None:
+    """Refuse up front a host graph that cannot fit this machine's memory (it would run for minutes first)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf: nothing to compare against
+        return
+    need = _HOST_EDGE_BYTES * edgefactor * (1 << int(scale))
+    if need > total:
+        raise ValueError(f"scale={scale} (edgefactor={edgefactor}) needs over {need / 2**30:.0f} GiB to build on "
+                         f"this host, which has {total / 2**30:.0f} GiB: use a smaller scale, or "
+                         "rmat_distributed to build it on the workers")
 
 
 def _relabel(v: np.ndarray, scale: int, seed: int) -> np.ndarray:
@@ -150,6 +168,8 @@ def rmat(scale: int, edgefactor: int = 16, seed: int = 0) -> sp.csr_matrix:
     >>> A.shape
     (256, 256)
     """
+    _validate_scale(scale, edgefactor, seed)
+    _check_fits(scale, edgefactor)
     ij = kronecker_edges(scale, edgefactor, seed)
     n = 1 << scale
     src = np.concatenate([ij[0], ij[1]])
