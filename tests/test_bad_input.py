@@ -351,6 +351,8 @@ DATA = [
     Case("rmat-seed-bool", lambda c, d: wb.data.rmat(6, seed=True), ValueError, r"\bseed\b"),
     Case("rmat-seed<0", lambda c, d: wb.data.rmat(6, seed=-1), ValueError, r"\bseed\b"),
     Case("rmat-scale", lambda c, d: wb.data.rmat(6.0), ValueError, r"\bscale\b"),
+    # refused at once: it ran for minutes before running out of memory
+    Case("rmat-too-big", lambda c, d: wb.data.rmat(40), ValueError, r"\bscale=40\b.*GiB"),
     Case("rmat_distributed-seed", lambda c, d: wb.data.rmat_distributed(6, seed=0.5, client=c), ValueError,
          r"\bseed\b"),
     Case("graph500-seed", lambda c, d: wb.graph500(6, seed=0.5, client=c), ValueError, r"\bseed\b"),
@@ -377,6 +379,8 @@ CLUSTER = [
     Case("n_workers-str", lambda c, d: wb.cluster("cpu", n_workers="2"), (TypeError, ValueError), r"\bn_workers\b"),
     Case("threads=0", lambda c, d: wb.cluster("cpu", threads_per_worker=0), ValueError, r"\bthreads_per_worker\b"),
     Case("quiet-str", lambda c, d: wb.cluster("cpu", quiet="x"), TypeError, r"\bquiet\b"),
+    # passed on, it only said "Nanny failed to start" from the worker process
+    Case("unknown-option", lambda c, d: wb.cluster("cpu", n_workers=1, foo=1), TypeError, r"\bfoo\b"),
     # distributed waits for a missing scheduler file with no timeout
     Case("scheduler_file-missing", lambda c, d: wb.cluster(scheduler_file="/nonexistent/scheduler.json"),
          FileNotFoundError, r"\bscheduler_file\b"),
