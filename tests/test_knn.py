@@ -149,6 +149,25 @@ def test_distributed_inputs(clients):
     np.testing.assert_array_equal(g2.indices, ref.indices)
 
 
+@pytest.mark.parametrize("scale, dtype", [(1e200, np.float64), (1e-200, np.float64), (2.0 ** 70, np.float32),
+                                          (2.0 ** -70, np.float32)])
+@pytest.mark.parametrize("exact", [True, False])
+def test_huge_and_tiny_coordinates_give_the_same_neighbours(clients, scale, dtype, exact):
+    # squared distances of such points overflow (or vanish) in float32 and float64: the points are scaled by a
+    # power of two first, which changes no neighbour, and the distances scaled back
+    client = clients(2)
+    X = np.random.default_rng(0).standard_normal((300, 5)).astype(dtype)
+    Xs = (X * scale).astype(dtype)
+    for metric in ("euclidean", "cosine"):
+        ref = wb.knn_graph(X, K, exact=exact, metric=metric, client=client)
+        g = wb.knn_graph(wb.distribute(Xs, client=client) if exact else Xs, K, exact=exact, metric=metric,
+                         client=client)
+        np.testing.assert_array_equal(g.indices, ref.indices)
+        unit = scale if metric == "euclidean" else 1.0
+        np.testing.assert_allclose(g.distances / unit, ref.distances, rtol=1e-6 if dtype == np.float32 else 1e-12)
+        assert validate_knn(Xs, g)["valid"]
+
+
 def test_recall_helper():
     assert recall(np.array([[1, 2], [0, 3]]), np.array([[2, 1], [0, 2]])) == 0.75
     assert recall(np.array([[-1, 2]]), np.array([[-1, 2]])) == 1.0 / 2

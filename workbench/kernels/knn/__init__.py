@@ -70,7 +70,7 @@ from ...backend import namespace, to_host
 from ...cluster import default_client
 from ...partition import RowBlocks, as_row_blocks, check_bool, check_int, known_chunks, resilient
 from .cpu import _count_hits, _scan_kernel
-from .ranks import _approx_rank, _exact_rank, _new_lists
+from .ranks import _approx_rank, _exact_rank, _new_lists, scale_exponent
 
 __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture", "brute_force_knn"]
 
@@ -236,6 +236,12 @@ def validate_knn(X: np.ndarray, graph: KNNGraph, *, sample: int = 256, seed: int
     exact = graph.exact if exact is None else exact
     rows = np.sort(np.random.default_rng(seed).choice(n, size=min(sample, n), replace=False))
     X64 = X.astype(np.float64)
+    # huge or tiny coordinates are checked scaled by a power of two, as knn_graph builds them
+    e = scale_exponent(float(np.abs(X64).max()) if X64.size else 0.0)
+    if e:
+        X64 = np.ldexp(X64, -e)
+        if graph.metric == "euclidean":
+            dist = np.ldexp(dist.astype(np.float64), -e)
     if graph.metric == "cosine":
         X64 = X64 / np.linalg.norm(X64, axis=1, keepdims=True)
     diff = X64[rows, None, :] - X64[idx[rows]]

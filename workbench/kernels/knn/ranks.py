@@ -24,21 +24,48 @@ from ...backend import device_kind, empty, launch, namespace, synchronize, to_de
 from . import cpu as _cpu
 from .cpu import _fill_exact_kernel, _local_join, _scan_kernel
 
+#: Coordinates whose largest magnitude lies outside [2**-40, 2**40] are scaled by a power of two (exact) first:
+#: the float32 GEMM's squared distances would overflow past ~2**64 (float64's past 2**512) or vanish when tiny,
+#: and a uniform scale changes no neighbour.
+_SAFE_EXPONENT = 40
+
+
+def scale_exponent(amax: float) -> int:
+    """``e`` such that ``X * 2**-e`` has its largest magnitude ``amax`` near 1, or 0 when ``X`` needs no scaling."""
+    if not amax or not math.isfinite(amax) or 2.0 ** -_SAFE_EXPONENT <= amax <= 2.0 ** _SAFE_EXPONENT:
+        return 0
+    return int(np.frexp(amax)[1])
+
 
 def _prepare(comm: Any, block: Any, metric: str) -> tuple:
     """Original points for the exact recheck (float64 view for cosine) and the
-    globally centred float32 copy the GEMM uses (centring shrinks its error)."""
+    globally centred float32 copy the GEMM uses (centring shrinks its error),
+    scaled by ``2**-e`` when they are huge or tiny (see :func:`scale_exponent`):
+    ``(X, mean, e)``; Euclidean distances are scaled back by ``2**e``."""
     xp = namespace(block)
     X = block
+    if X.dtype not in (xp.float32, xp.float64):
+        X = X.astype(xp.float64)
+    amax = comm.allreduce(float(xp.abs(X).max()) if X.size else 0.0, op="max")
+    e = scale_exponent(amax)
+    if e:
+        X = xp.ldexp(X, -e).astype(X.dtype)
     if metric == "cosine":
         X = X.astype(xp.float64)
         X = X / xp.sqrt((X * X).sum(axis=1))[:, None]
-    elif X.dtype not in (xp.float32, xp.float64):
-        X = X.astype(xp.float64)
     tot = comm.allreduce(to_host(X.astype(xp.float64).sum(axis=0)))
     cnt = comm.allreduce(int(X.shape[0]))
     mean = xp.asarray(tot / cnt)
-    return xp.ascontiguousarray(X), mean
+    return xp.ascontiguousarray(X), mean, e
+
+
+def _distances(d2: Any, metric: str, e: int) -> Any:
+    """The reported distances from squared ones of points scaled by ``2**-e``."""
+    xp = namespace(d2)
+    if metric != "euclidean":
+        return d2 / 2.0
+    dist = xp.sqrt(d2)
+    return xp.ldexp(dist, e).astype(dist.dtype) if e else dist
 
 
 def _centred(X: Any, mean: Any, dtype: Any) -> tuple[Any, Any]:
@@ -52,7 +79,7 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
     off = int(offsets[comm.rank])
     xp = namespace(block)
     t0, c0 = time.perf_counter(), time.thread_time()
-    X, mean = _prepare(comm, block, metric)
+    X, mean, e = _prepare(comm, block, metric)
     nl, d = X.shape
     m = min(n - 1, k + (opts["margin"] if opts["margin"] is not None else max(8, k // 2)))
     device = device_kind()
@@ -116,7 +143,7 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
         idx[bad], d2[bad] = idx2, d22
         fallback_left = int((~ok2).sum())
         counters["distance_evaluations"] += c2
-    dist = xp.sqrt(d2) if metric == "euclidean" else d2 / 2.0
+    dist = _distances(d2, metric, e)
     synchronize(idx, dist)
     info = {"backend": device, "scan_s": t_scan, "cpu_s": time.thread_time() - c0,
             "fallback_s": time.perf_counter() - t1,
@@ -338,7 +365,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     block = to_host(block) if device == "cpu" else to_device(block)
     xp = namespace(block)
     t0, c0 = time.perf_counter(), time.thread_time()
-    X, mean = _prepare(comm, block, metric)
+    X, mean, e = _prepare(comm, block, metric)
     Xc, xn = _centred(X, mean, np.float32)
     nl, d = X.shape
     P, r = comm.size, comm.rank
@@ -390,7 +417,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
         _query_groups(comm, others, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
     t_refine = time.perf_counter() - t3
 
-    dist = xp.sqrt(d2) if metric == "euclidean" else d2 / 2.0
+    dist = _distances(d2, metric, e)
     synchronize(ind, dist)
     info = {"backend": device, "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
             "merge_tree_s": t_merge, "refinement_s": t_refine,
