@@ -46,7 +46,7 @@ def _prepare(comm: Any, block: Any, metric: str) -> tuple:
     X = block
     if X.dtype not in (xp.float32, xp.float64):
         X = X.astype(xp.float64)
-    amax = comm.allreduce(float(xp.abs(X).max()) if X.size else 0.0, op="max")
+    amax = comm.allreduce(max(float(X.max()), -float(X.min())) if X.size else 0.0, op="max")  # no |X| copy
     e = scale_exponent(amax)
     if e:
         X = xp.ldexp(X, -e).astype(X.dtype)
