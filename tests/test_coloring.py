@@ -86,6 +86,17 @@ def test_partial_distance2_rectangular(clients, n_workers, shape):
                                                      .astype(int)).getnnz(axis=1).max()
 
 
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_partial_distance2_of_a_symmetric_square_pattern(clients, n_workers):
+    # partial2 takes any pattern, a symmetric one too (host input was distributed as a wrong claim of asymmetry)
+    client = clients(n_workers)
+    M = sp.random(60, 60, density=0.05, format="csr", random_state=3)
+    M = (M + M.T).tocsr()
+    r = wb.color(M, distance="partial2", client=client)
+    assert _oracle_conflicts(M, r.colors, "partial2") == 0
+    assert wb.validate_coloring(M, r.colors, distance="partial2")
+
+
 def test_max_rounds_caps_conflict_rounds_only(clients):
     """One rank never conflicts: one round past the degree classes' passes is enough, however many classes."""
     A = _powerlaw(200, seed=5)

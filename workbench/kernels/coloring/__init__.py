@@ -149,7 +149,8 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
             raise ValueError("graph must have a symmetric pattern for distance 1 or 2 "
                              "(checked on the workers: some edge (u, v) has no (v, u))")
     else:
-        G = distribute(_host_csr(graph), client, symmetric=kind != "partial2")
+        # partial2 takes any pattern: nothing to claim (False would be checked, and refuse a symmetric one)
+        G = distribute(_host_csr(graph), client, symmetric=True if kind != "partial2" else None)
     addrs = list(G.workers)
     P = len(addrs)
     setup, setup_s, setup_bytes = _prepared_setup(G, kind, client)   # once per (container, kind), on the workers
