@@ -118,7 +118,9 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     Returns
     -------
     dask.array.Array
-        C (m x k), its blocks left on the workers that computed them.
+        C (m x k), its blocks left on the workers that computed them:
+        float32 when A and B hold float32 (or bool), else float64 (integer
+        inputs are multiplied in float64, exact while sums stay below 2**53).
         ``C.stats`` holds ``backend`` (the path that ran: "cpu", "gpu" or
         "gpu-sim"), ``seconds`` (wall, launch to finish), ``gflops``
         (2 nnz k / seconds), ``effective_gbps`` and ``traffic_bytes`` (model
@@ -186,7 +188,8 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = No
     Returns
     -------
     SparseResult
-        Row blocks of C on the workers; ``to_scipy()`` gathers it.
+        Row blocks of C on the workers; ``to_scipy()`` gathers it.  Its
+        dtype follows :func:`spmm`'s (float32 or float64; integers in float64).
         ``C.stats`` holds ``backend``, ``seconds``, ``bytes_moved``, ``nnz``,
         ``phases`` and ``units``.
 
