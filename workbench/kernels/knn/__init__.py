@@ -146,7 +146,9 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
         k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (most cells searched per point, its own
         included, 16), ``local_join`` (NN-descent joins for the points whose probe cap may have cut
         their list short, 2; 0 disables), ``groups`` (G: merge until this many groups remain, 1),
-        ``kmeans_iter``, ``kmeans_sample``, ``reverse``.
+        ``kmeans_iter``, ``kmeans_sample``, ``reverse``.  A point that its probed cells and the joins
+        leave with fewer than k neighbours (few points a cell) gets its exact list
+        (``stats["exact_fill"]`` counts them), so every row holds k neighbours.
 
     Returns
     -------

@@ -417,6 +417,18 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
         _query_groups(comm, others, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
     t_refine = time.perf_counter() - t3
 
+    # a point the probed cells and joins left with fewer than k neighbours (few points a cell: a small n, or
+    # n_cells near n with a low n_probe) gets its exact list, so every row holds k real neighbours
+    missing = xp.flatnonzero(ind[:, k - 1] < 0)
+    counters["exact_fill"] = int(missing.shape[0])      # summed over the ranks in stats
+    if comm.allreduce(counters["exact_fill"]):
+        scan = _scan_tile_numba if device == "cpu" else _scan_tile_cuda
+        nmax = comm.allreduce(float(xn.max()) if nl else 0.0, op="max")
+        m = min(n - 1, k + max(8, k // 2))
+        idx2, d22, _, c2 = _float64_pass(comm, X, off, gids, missing, mean, m, k, n, 256, 2048, scan, nmax)
+        ind[missing], d2[missing] = idx2, d22
+        counters["distance_evaluations"] += c2
+
     dist = _distances(d2, metric, e)
     synchronize(ind, dist)
     info = {"backend": device, "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
