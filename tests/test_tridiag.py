@@ -214,6 +214,20 @@ def test_identical_for_1_2_3_workers_and_all_work(clients):
     _close(outs[1, "exact"], _oracle(dl, d, du, b))
 
 
+def test_short_line_major_host_batch_identical_for_1_2_3_workers(clients):
+    # 97 rows take the fused pass whole on one worker but are too short to split into its blocks: the line
+    # split over 2 or 3 workers ran the two-pass path (other bits); a host batch is cut along the batch instead
+    dl, d, du, b = _system("dominant", 97, 37, None, seed=4)
+    lm = [np.ascontiguousarray(a.T) for a in (dl, d, du, b)]
+    outs = {}
+    for p in (1, 2, 3):
+        x = wb.tridiag_solve(*lm, axis=0, client=clients(p))
+        assert x.stats["path"] == "fused"
+        outs[p] = np.asarray(x)
+    _close(outs[1].T, _oracle(dl, d, du, b))
+    assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
+
+
 @pytest.mark.parametrize("kind", ["dominant", "skew"])
 def test_long_single_system_in_long_sub_blocks(clients, kind):
     # one system's grid aims for 8192-row sub-blocks: 30001 rows -> 12 of ~2500, 4 per rank on 3 workers

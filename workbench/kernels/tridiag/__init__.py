@@ -124,7 +124,9 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
 * **line-major arrays** ``(n, batch)`` (``axis=0``), host or dask chunked
   along ``n``: the fused pass reads the blocks in place; the gtsv sub-diagonal
   (``n-1`` entries, shifted by one row) and the last rank's super-diagonal are
-  copied once per rank to align them.
+  copied once per rank to align them.  Host batches of at least 8 systems per
+  worker are cut along the batch, as in gtsv layout (each worker's columns
+  copied on the way), so each worker solves whole lines as one worker does.
 * :class:`~workbench.partition.RowBlocks` in the solver's *line-major* layout
   (rows = the line index, whatever ``axis`` says): ``dl``, ``d``, ``du`` of
   shape ``(n,)`` or ``(n, V)`` (``dl[0]``, ``du[n-1]`` are the periodic
@@ -763,11 +765,12 @@ def _place_host(spec: _Spec, client: Any) -> tuple:
     P = len(addrs)
     lax, n = spec.nax, spec.n
     inputs = _inputs(spec)
-    if _batch_split(spec, P) and lax == 1:
-        # gtsv layout cut along the batch: each worker's block is contiguous rows, scattered without a copy
+    if _batch_split(spec, P):
+        # cut along the batch: each worker solves whole systems, as one worker does (the same bits); in gtsv
+        # layout a worker's block is contiguous rows, scattered without a copy, line-major its columns are copied
         boffs = block_offsets(spec.V, P)
-        futs = _scatter_all(client, [a[boffs[r]:boffs[r + 1]] for r in range(P)
-                                     for a, _ in inputs], [w for w in addrs for _ in inputs])
+        futs = _scatter_all(client, [np.ascontiguousarray(_cols(a, 1 - lax, boffs[r], boffs[r + 1]))
+                                     for r in range(P) for a, _ in inputs], [w for w in addrs for _ in inputs])
         out = [tuple([(-sh, futs[r * len(inputs) + k])] for k, (_, sh) in enumerate(inputs)) for r in range(P)]
         return out, np.array([0, n], np.int64), addrs, boffs
     offs = _rank_offsets(n, P, spec.V)
