@@ -228,6 +228,21 @@ def test_short_line_major_host_batch_identical_for_1_2_3_workers(clients):
     assert np.array_equal(outs[1], outs[2]) and np.array_equal(outs[1], outs[3])
 
 
+def test_truncated_warns_when_it_drops_large_couplings(clients):
+    import warnings
+
+    client = clients(2)
+    dl, d, du, b = _system("nondominant", 40, 6, None, seed=2)
+    with pytest.warns(RuntimeWarning, match="truncation_coupling"):
+        x = wb.tridiag_solve(dl, d, du, b, reduced="truncated", client=client)
+    assert x.stats["truncation_coupling"] > 2.0 ** -26
+    dl, d, du, b = _system("dominant", 1500, 9, None, seed=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                       # couplings below rounding: nothing to say
+        x = wb.tridiag_solve(dl, d, du, b, reduced="truncated", client=client)
+    _close(x, _oracle(dl, d, du, b))
+
+
 @pytest.mark.parametrize("kind", ["dominant", "skew"])
 def test_long_single_system_in_long_sub_blocks(clients, kind):
     # one system's grid aims for 8192-row sub-blocks: 30001 rows -> 12 of ~2500, 4 per rank on 3 workers
@@ -364,6 +379,8 @@ def test_fused_kernel_windows_and_tiles_match_thomas():
 
 
 def test_truncation_bound(clients):
+    import warnings
+
     client = clients(2)
     n = 240                                                          # 12 sub-blocks of 20 rows
     rng = np.random.default_rng(3)
@@ -371,8 +388,11 @@ def test_truncation_bound(clients):
         dl, du = np.full(n - 1, rho / 2), np.full(n - 1, rho / 2)
         d, b = np.ones(n), rng.standard_normal(n)
         ex = wb.tridiag_solve(dl, d, du, b, reduced="exact", client=client)
-        tr = wb.tridiag_solve(dl, d, du, b, reduced="truncated", client=client)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            tr = wb.tridiag_solve(dl, d, du, b, reduced="truncated", client=client)
         tau = tr.stats["truncation_coupling"]
+        assert any("dropped couplings" in str(w.message) for w in said) == (tau > 2.0 ** -26)
         err = np.abs(np.asarray(tr) - np.asarray(ex)).max()
         assert err <= 4 * tau * np.abs(np.asarray(ex)).max() + 1e-15
         assert tau <= rho ** 19 * 1.01                                 # tau <= rho**(L-1)

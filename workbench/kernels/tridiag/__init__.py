@@ -165,6 +165,7 @@ from __future__ import annotations
 import collections
 import operator
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -287,7 +288,8 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
         Cyclic systems (compact schemes on periodic domains); needs ``n >= 3``.
     reduced : {"auto", "exact", "truncated"}
         How the coupling system is solved (see the module docstring for the
-        truncation's accuracy bound).
+        truncation's accuracy bound).  ``"truncated"`` warns (RuntimeWarning)
+        when the couplings it drops exceed ``2**-26``.
     engine : {"auto", "numba", "array"}
         Worker-local kernels: numba loops (the default: numba on CPU workers,
         their numba.cuda twins on GPU and simulated-GPU workers) or
@@ -1017,7 +1019,16 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
         "split": split,
         "systems_per_worker": None if boffs is None else [int(v) for v in np.diff(boffs)],
     }
+    if spec.reduced == "truncated" and infos[0]["tau"] > _TRUNC_WARN:
+        # asked for by name, the truncation answers whatever the coupling: say when it costs digits
+        warnings.warn(f"reduced='truncated' dropped couplings up to {infos[0]['tau']:.2g} "
+                      "(stats['truncation_coupling']): the answer may be off by that times max|x|; "
+                      "reduced='auto' or 'exact' solves the coupling exactly", RuntimeWarning, stacklevel=4)
     return X
+
+
+#: Dropped couplings past this (half the digits) make reduced='truncated' warn.
+_TRUNC_WARN = 2.0 ** -26
 
 
 def _no_systems(spec: _Spec, client: Any) -> Any:
