@@ -122,7 +122,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     Parameters
     ----------
     X : ndarray (n, d), dask array or :class:`~workbench.partition.RowBlocks`
-        Points (float32 or float64).  Host arrays are split into one row block
+        Points (float32 or float64; integers run in float64).  Host arrays are split into one row block
         per worker; distributed inputs are used where they are.
     k : int
         Neighbours per point, ``1 <= k < n``.
