@@ -52,6 +52,7 @@ lint: setup
 	$(BIN)/ruff check workbench tests benchmarks tools
 
 bench: setup
+	@case "$(PROFILE)" in ci|laptop|gpu) ;; *) echo "make bench: PROFILE must be ci, laptop or gpu (the benchmarks have no '$(PROFILE)' sizes)"; exit 2;; esac
 	$(BIN)/python -m workbench bench --profile $(PROFILE)
 
 # JupyterLab on 127.0.0.1:$(LAB_PORT) with a token (LAB_TOKEN= to choose it), the workbench kernel,

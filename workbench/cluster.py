@@ -498,6 +498,7 @@ def cluster(
 
     Examples
     --------
+    >>> from workbench.cluster import worker_addresses            # doctest: +SKIP
     >>> with cluster("cpu", n_workers=2, quiet=True) as client:   # doctest: +SKIP
     ...     len(worker_addresses(client))
     2
