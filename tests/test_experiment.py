@@ -47,11 +47,26 @@ def test_config_errors(tmp_repo):
     # a broken config is one clear error before anything runs (the good experiment named first included)
     bad = {"yaml": "notebook: [notebooks/toy.ipynb\n", "profiles": "notebook: notebooks/toy.ipynb\nprofiles:\n"
            "  ci: [1, 2]\n", "budget": "notebook: notebooks/toy.ipynb\nprofiles:\n  ci: {max_minutes: -3}\n"}
+    bad.update({
+        "notebook": "notebook: 42\nprofiles:\n  ci: {value: 2}\n",          # was a TypeError from pathlib
+        "not_ipynb": "notebook: README.md\nprofiles:\n  ci: {}\n",
+        "typo": "notebook: notebooks/toy.ipynb\nprofiles:\n  ci: {valeu: 2}\n",  # was run with the default
+    })
     for name, text in bad.items():
         (tmp_repo / "experiments" / f"bad_{name}.yaml").write_text(text)
-        with pytest.raises(experiment.ExperimentError, match=f"bad_{name}.yaml.*(YAML|profiles|max_minutes)"):
+        with pytest.raises(experiment.ExperimentError,
+                           match=f"bad_{name}.yaml.*(YAML|profiles|max_minutes|notebook|not parameters)"):
             experiment.run_many(["toy", f"bad_{name}"], "ci", root=tmp_repo, results_dir=tmp_repo / "results")
+        (tmp_repo / "experiments" / f"bad_{name}.yaml").unlink()
     assert not (tmp_repo / "results").exists()
+    assert experiment.load_config(tmp_repo / "experiments" / "toy.yaml", tmp_repo)["name"] == "toy"   # a Path
+    # a results directory that cannot be made is named, not a traceback from mkdir
+    (tmp_repo / "afile").write_text("")
+    with pytest.raises(experiment.ExperimentError, match="cannot write the run under"):
+        experiment.run("toy", "ci", root=tmp_repo, results_dir=tmp_repo / "afile" / "sub", progress=False)
+    # build_only on a notebook with no 'inputs' cell is refused before anything runs
+    with pytest.raises(experiment.ExperimentError, match="tagged 'inputs'"):
+        experiment.check_configs(["toy"], "ci", tmp_repo, build_only=True)
 
 
 def test_good_run_then_failing_run_leaves_it_untouched(tmp_repo):
@@ -105,3 +120,31 @@ def test_parameters_cell_is_read_whole_by_papermill(name):
     assigned = [t.id for node in ast.parse(src).body if isinstance(node, ast.Assign) for t in node.targets]
     seen = [p.name for p in PythonTranslator.inspect({**cell, "source": src})]
     assert seen == assigned
+
+
+def test_cli_interrupt_keeps_the_partial_run(tmp_repo):
+    # Ctrl-C: one line said, exit 130, and the partial run kept as failed-<run-id> (it was left as .staging-*)
+    import signal
+    import time
+
+    write_notebook(str(tmp_repo / "notebooks" / "slow.ipynb"), [
+        ("params", 'output_dir = "."\nprofile = "laptop"'),
+        ("code", "import time\ntime.sleep(120)"),
+    ])
+    (tmp_repo / "experiments" / "slow.yaml").write_text("notebook: notebooks/slow.ipynb\nprofiles:\n  ci: {}\n")
+    env = {"WORKBENCH_ROOT": str(tmp_repo), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "slow", "--profile", "ci", "--no-progress"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    exp = tmp_repo / "results" / "slow"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(exp.glob(".staging-*/slow.ipynb")):
+        time.sleep(0.2)
+    time.sleep(3)   # into the sleeping cell
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    # (the kernel, whose sockets close under it, may log its own ZMQError)
+    assert "interrupted" in err and "papermill" not in err and "__main__.py" not in err, err[-3000:]
+    assert not list(exp.glob(".staging-*"))
+    failed = list(exp.glob("failed-*"))
+    assert len(failed) == 1 and json.loads((failed[0] / "provenance.json").read_text())["status"] == "interrupted"

@@ -91,7 +91,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"workbench: --results {results} is a file, not a directory", file=sys.stderr)
         return 2
     try:
-        names = check_configs(args.names, args.profile)
+        names = check_configs(args.names, args.profile, build_only=args.build_only)
         if not args.build_only:
             _print_estimate(names, args.profile, results)
         out = run_many(names, args.profile, results_dir=args.results, progress=not args.no_progress,
@@ -99,6 +99,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ExperimentError as e:
         print(f"workbench: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        import logging
+
+        # the executing cell's task, never awaited now, would be logged with its whole traceback at exit
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        print(f"\nworkbench: interrupted; the run in progress is kept as failed-<run-id> under {results}",
+              file=sys.stderr)
+        return 130
     failed = 0
     for name, res in out.items():
         if isinstance(res, ExperimentFailed):
@@ -227,10 +235,10 @@ def main(argv: list[str] | None = None) -> int:
 
     sp = sub.add_parser("run", help="execute experiments with papermill into results/")
     sp.add_argument("names", nargs="+", help="experiment names, or 'all'")
-    sp.add_argument("--profile", default="laptop", choices=list(PROFILES))
+    sp.add_argument("--profile", default="laptop", choices=list(PROFILES), help="parameter set (default laptop)")
     sp.add_argument("--results", default=None, help="results directory (default <repo>/results)")
     sp.add_argument("--no-progress", action="store_true", help="no per-cell progress bar")
-    sp.add_argument("--cell-timeout", type=int, default=None, help="per-cell timeout, seconds")
+    sp.add_argument("--cell-timeout", type=_positive_int, default=None, help="per-cell timeout, seconds (default none)")
     sp.add_argument("--build-only", action="store_true",
                     help="run only the cells that build each notebook's inputs (no timed sections)")
     sp.set_defaults(fn=_cmd_run)

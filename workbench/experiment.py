@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -104,6 +105,10 @@ def load_config(name: str, root: Path | None = None) -> dict:
     import yaml
 
     root = root or repo_root()
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str):
+        raise TypeError(f"name must be an experiment name or a YAML path, got {type(name).__name__}")
     path = Path(name) if name.endswith((".yaml", ".yml")) else _experiments_dir(root) / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(list_experiments(root)) or "none"
@@ -115,20 +120,38 @@ def load_config(name: str, root: Path | None = None) -> dict:
         raise ExperimentError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from e
     if not isinstance(cfg, dict) or "notebook" not in cfg:
         raise ExperimentError(f"{path}: needs a 'notebook:' key")
+    if not isinstance(cfg["notebook"], str) or not cfg["notebook"].endswith(".ipynb"):
+        raise ExperimentError(f"{path}: 'notebook:' must be the path of a .ipynb file, got {cfg['notebook']!r}")
     nb = Path(cfg["notebook"])
     nb = nb if nb.is_absolute() else path.parent.parent / nb
     if not nb.is_file():
-        raise ExperimentError(f"{path}: notebook {cfg['notebook']!r} does not exist")
+        raise ExperimentError(f"{path}: notebook {cfg['notebook']!r} does not exist (looked for {nb})")
     profiles = cfg.get("profiles") or {}
     if not isinstance(profiles, dict) or not all(isinstance(v, dict | None) for v in profiles.values()):
         raise ExperimentError(f"{path}: 'profiles' must map profile names to parameter dicts")
+    known = _notebook_parameters(nb)
     for k, v in profiles.items():   # the budgets too, so a run of several stops before the first starts
         _budgets(dict(v or {}), None, None, f"{path} ({k})")
+        # papermill would inject a misspelt name as a variable nothing reads, and the default would run
+        unknown = sorted(set(v or {}) - known - {"max_minutes", "max_memory_gb"})
+        if unknown:
+            raise ExperimentError(f"{path} ({k}): {unknown} are not parameters of {nb.name} "
+                                  f"(its parameters: {', '.join(sorted(known))})")
     cfg["notebook_path"] = nb
     cfg["name"] = path.stem
     cfg["config_path"] = path
     cfg["profiles"] = {k: dict(v or {}) for k, v in profiles.items()}
     return cfg
+
+
+def _notebook_parameters(nb: Path) -> set[str]:
+    """The names the notebook's ``parameters`` cell sets (what a profile may override)."""
+    import papermill as pm
+
+    try:
+        return set(pm.inspect_notebook(str(nb)))
+    except Exception as e:  # noqa: BLE001 - not a notebook papermill can read
+        raise ExperimentError(f"{nb}: not a notebook papermill can read ({e.__class__.__name__}: {e})") from e
 
 
 # --------------------------------------------------------------------------
@@ -395,15 +418,23 @@ def _budgets(params: dict, max_minutes: float | None, max_memory_gb: float | Non
     return out[0], out[1]
 
 
-def _build_only_notebook(src: Path, dst: Path) -> Path:
-    """A copy of the notebook with only the cells tagged in :data:`BUILD_TAGS`."""
+def _build_cells(src: Path) -> list:
+    """The notebook's cells tagged in :data:`BUILD_TAGS`; an ExperimentError when none builds inputs."""
     import nbformat
 
     nb = nbformat.read(src, as_version=4)
     keep = [c for c in nb.cells if set(c.metadata.get("tags", [])) & set(BUILD_TAGS)]
     if not any("inputs" in c.metadata.get("tags", []) for c in keep):
         raise ExperimentError(f"{src.name}: no cell is tagged 'inputs', so build_only has nothing to build")
-    nb.cells = keep
+    return keep
+
+
+def _build_only_notebook(src: Path, dst: Path) -> Path:
+    """A copy of the notebook with only the cells tagged in :data:`BUILD_TAGS`."""
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    nb.cells = _build_cells(src)
     nbformat.write(nb, dst)
     return dst
 
@@ -487,11 +518,16 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
                               f"(has: {', '.join(cfg['profiles'])})")
     params = {**cfg["profiles"][profile], **(parameters or {})}
     budget_min, budget_gb = _budgets(params, max_minutes, max_memory_gb, f"{cfg['name']} ({profile})")
+    if build_only:
+        _build_cells(cfg["notebook_path"])
     results = Path(results_dir or root / "results").resolve()
     exp_dir = results / cfg["name"]
     run_id = _run_id(root)
     staging = exp_dir / f".staging-{run_id}"
-    staging.mkdir(parents=True, exist_ok=False)
+    try:
+        staging.mkdir(parents=True, exist_ok=False)
+    except OSError as e:
+        raise ExperimentError(f"cannot write the run under {results} ({e.strerror or e})") from e
     out_nb = staging / cfg["notebook_path"].name
     src_nb = cfg["notebook_path"]
     if build_only:
@@ -514,6 +550,15 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
                                 request_save_on_cell_execute=True)
         except Exception as e:  # papermill's PapermillExecutionError, or kernel death
             error = e
+        except BaseException:   # Ctrl-C, SIGTERM: the partial run becomes failed-<run-id>, not a stray staging dir
+            interrupted = exp_dir / f"failed-{run_id}"
+            with contextlib.suppress(OSError):
+                prov = provenance(root, experiment=cfg["name"], profile=profile, parameters=params, run_id=run_id,
+                                  status="interrupted", error="interrupted", build_only=build_only)
+                _final_paths(prov, staging, interrupted)
+                (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
+                staging.rename(interrupted)
+            raise
     usage = monitor.summary()
     if build_only:
         src_nb.unlink(missing_ok=True)
@@ -560,13 +605,15 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     return final
 
 
-def check_configs(names: list[str] | str, profile: str, root: Path | None = None) -> list[str]:
+def check_configs(names: list[str] | str, profile: str, root: Path | None = None, *,
+                  build_only: bool = False) -> list[str]:
     """The experiments ``names`` (``"all"``: every config) name, each config loaded and checked for ``profile``.
 
     Raises
     ------
     ExperimentError
-        A name without a config, a config that does not load, or one without ``profile``.
+        A name without a config, a config that does not load, or one without ``profile`` (or, with
+        ``build_only``, a notebook with no cell tagged ``inputs``).
     """
     if names == "all" or names == ["all"]:
         names = list_experiments(root)
@@ -574,7 +621,9 @@ def check_configs(names: list[str] | str, profile: str, root: Path | None = None
     for n in names:  # validate everything before running anything
         cfg = load_config(n, root)
         if profile not in cfg["profiles"]:
-            raise ExperimentError(f"experiment {n!r} has no profile {profile!r}")
+            raise ExperimentError(f"experiment {n!r} has no profile {profile!r} (has: {', '.join(cfg['profiles'])})")
+        if build_only:
+            _build_cells(cfg["notebook_path"])
     return names
 
 
@@ -583,7 +632,7 @@ def run_many(names: list[str] | str, profile: str = "laptop", *, keep_going: boo
     """Run several experiments (``"all"`` for every config) with a progress bar across them."""
     from ._progress import progress as _progress
 
-    names = check_configs(names, profile, kwargs.get("root"))
+    names = check_configs(names, profile, kwargs.get("root"), build_only=bool(kwargs.get("build_only")))
     out: dict[str, Path | Exception] = {}
     bar = _progress(names, desc=f"experiments ({profile})", unit="notebook")
     for n in bar:
