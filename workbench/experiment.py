@@ -222,10 +222,16 @@ def save_figure(fig: Any, name: str, output_dir: str | os.PathLike | None = None
 
 
 def save_metrics(table: Any, name: str, output_dir: str | os.PathLike | None = None) -> Path:
-    """Save a tidy table (DataFrame or list of dicts) as ``<name>.csv`` in the run directory."""
+    """Save a tidy table (DataFrame, list of row dicts, or dict of columns) as ``<name>.csv`` in the run
+    directory."""
     import pandas as pd
 
-    df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
+    if isinstance(table, pd.DataFrame):
+        df = table
+    elif isinstance(table, dict):
+        df = pd.DataFrame(table)                 # columns (list(dict) would make a column of its keys)
+    else:
+        df = pd.DataFrame(list(table))
     path = _out_dir(output_dir) / f"{name}.csv"
     df.to_csv(path, index=False)
     return path
