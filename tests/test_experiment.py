@@ -124,6 +124,7 @@ def test_parameters_cell_is_read_whole_by_papermill(name):
 
 def test_cli_interrupt_keeps_the_partial_run(tmp_repo):
     # Ctrl-C: one line said, exit 130, and the partial run kept as failed-<run-id> (it was left as .staging-*)
+    import contextlib
     import signal
     import time
 
@@ -136,12 +137,25 @@ def test_cli_interrupt_keeps_the_partial_run(tmp_repo):
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "run", "slow", "--profile", "ci", "--no-progress"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     exp = tmp_repo / "results" / "slow"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(exp.glob(".staging-*/slow.ipynb")):
-        time.sleep(0.2)
-    time.sleep(3)   # into the sleeping cell
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+
+    def sleeping() -> bool:   # papermill saves the notebook as each cell starts, marking it running
+        for nb in exp.glob(".staging-*/slow.ipynb"):
+            with contextlib.suppress(ValueError, OSError):
+                cells = json.loads(nb.read_text())["cells"]
+                return any("sleep" in "".join(c["source"]) and c["metadata"].get("papermill", {}).get("status")
+                           == "running" for c in cells)
+        return False
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not sleeping():
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, err[-2000:]
     # (the kernel, whose sockets close under it, may log its own ZMQError)
     assert "interrupted" in err and "papermill" not in err and "__main__.py" not in err, err[-3000:]

@@ -84,7 +84,16 @@ def _usage_table(out: dict) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .experiment import ExperimentError, ExperimentFailed, check_configs, repo_root, run_many
+    import signal
+
+    from .experiment import INTERRUPTED, ExperimentError, ExperimentFailed, check_configs, repo_root, run_many
+
+    def interrupt(signum: int, frame: Any) -> None:
+        INTERRUPTED.set()           # remembered where a library swallows the KeyboardInterrupt
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
 
     results = Path(args.results) if args.results else repo_root() / "results"
     if results.exists() and not results.is_dir():
@@ -104,7 +113,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         # the executing cell's task, never awaited now, would be logged with its whole traceback at exit
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-        print(f"\nworkbench: interrupted; the run in progress is kept as failed-<run-id> under {results}",
+        print(f"\nworkbench: interrupted; a run in progress is kept as failed-<run-id> under {results}",
               file=sys.stderr)
         return 130
     failed = 0

@@ -148,8 +148,8 @@ class TreeMonitor:
                 elif self.max_bytes is not None and now["total"] > self.max_bytes:
                     self.exceeded = (f"client and workers used {now['total'] / 2**30:.1f} GiB, past "
                                      f"max_memory_gb={self.max_bytes / 2**30:g}")
-                if self.exceeded is not None:
-                    self.kill()
+            if self.exceeded is not None:   # again each round: a kernel still starting spawns after the first
+                self.kill()
             self._stop.wait(self.interval)
 
     def kill(self) -> None:

@@ -23,9 +23,11 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,6 +144,25 @@ def load_config(name: str, root: Path | None = None) -> dict:
     cfg["config_path"] = path
     cfg["profiles"] = {k: dict(v or {}) for k, v in profiles.items()}
     return cfg
+
+
+#: Set when the runner (or the CLI) saw SIGINT or SIGTERM: a library may swallow the KeyboardInterrupt the
+#: signal raised (a kernel being started does), and the run must still stop.
+INTERRUPTED = threading.Event()
+
+
+@contextmanager
+def _signals_to(handler: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` inside the block (main thread only: elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in before.items():
+            signal.signal(sig, h)
 
 
 def _notebook_parameters(nb: Path) -> set[str]:
@@ -547,8 +568,22 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
                           max_bytes=None if budget_gb is None else budget_gb * 2**30)
     # peers size themselves against half the run's memory budget (workbench.bench.peer_memory_limit)
     peer_gb = None if budget_gb is None or os.environ.get(ENV_PEER_MEMORY) else f"{budget_gb / 2:g}"
-    with _env(**{ENV_RUN_DIR: str(staging), ENV_PROFILE: profile, ENV_PEER_MEMORY: peer_gb}), monitor:
+    interrupts: list[int] = []
+
+    def interrupt(signum: int, frame: Any) -> None:
+        # Ctrl-C or SIGTERM: kill the kernel and its workers (again as they appear: a kernel still starting
+        # swallows the KeyboardInterrupt), so papermill returns whatever it was doing
+        interrupts.append(signum)
+        INTERRUPTED.set()
+        monitor.exceeded = monitor.exceeded or "interrupted"
+        monitor.kill()
+        raise KeyboardInterrupt
+
+    with _env(**{ENV_RUN_DIR: str(staging), ENV_PROFILE: profile, ENV_PEER_MEMORY: peer_gb}), monitor, \
+            _signals_to(interrupt):
         try:
+            if INTERRUPTED.is_set():   # a signal before this run began, whose KeyboardInterrupt was swallowed
+                raise KeyboardInterrupt
             pm.execute_notebook(str(src_nb), str(out_nb), parameters=params,
                                 kernel_name=kernel_name or _default_kernel(), progress_bar=progress, cwd=str(root),
                                 execution_timeout=timeout, log_output=False,
@@ -556,15 +591,18 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
                                 request_save_on_cell_execute=True)
         except Exception as e:  # papermill's PapermillExecutionError, or kernel death
             error = e
-        except BaseException:   # Ctrl-C, SIGTERM: the partial run becomes failed-<run-id>, not a stray staging dir
-            interrupted = exp_dir / f"failed-{run_id}"
-            with contextlib.suppress(OSError):
-                prov = provenance(root, experiment=cfg["name"], profile=profile, parameters=params, run_id=run_id,
-                                  status="interrupted", error="interrupted", build_only=build_only)
-                _final_paths(prov, staging, interrupted)
-                (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
-                staging.rename(interrupted)
-            raise
+        except BaseException:
+            interrupts.append(signal.SIGINT)
+    if interrupts or INTERRUPTED.is_set():   # the partial run becomes failed-<run-id> (not a stray staging dir)
+        kept = exp_dir / f"failed-{run_id}"
+        with contextlib.suppress(OSError):
+            prov = provenance(root, experiment=cfg["name"], profile=profile, parameters=params, run_id=run_id,
+                              status="interrupted", error="interrupted", build_only=build_only)
+            _final_paths(prov, staging, kept)
+            (staging / "provenance.json").write_text(json.dumps(prov, indent=2, default=str))
+            staging.rename(kept)
+        INTERRUPTED.clear()
+        raise KeyboardInterrupt
     usage = monitor.summary()
     if build_only:
         src_nb.unlink(missing_ok=True)
@@ -642,6 +680,9 @@ def run_many(names: list[str] | str, profile: str = "laptop", *, keep_going: boo
     out: dict[str, Path | Exception] = {}
     bar = _progress(names, desc=f"experiments ({profile})", unit="notebook")
     for n in bar:
+        if INTERRUPTED.is_set():
+            INTERRUPTED.clear()
+            raise KeyboardInterrupt
         if hasattr(bar, "set_postfix_str"):
             bar.set_postfix_str(n)
         try:
