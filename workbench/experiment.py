@@ -530,6 +530,10 @@ def run(name: str, profile: str = "laptop", *, results_dir: str | os.PathLike | 
     ExperimentStopped
         (an ExperimentFailed) The run passed ``max_minutes`` or
         ``max_memory_gb`` and was stopped; the message says which.
+    KeyboardInterrupt
+        Ctrl-C or SIGTERM (taken in the main thread while the notebook
+        runs): the kernel and its workers are killed and the partial run is
+        kept in ``results/<name>/failed-<run-id>/`` (status ``interrupted``).
     """
     import papermill as pm
 
