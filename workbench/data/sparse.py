@@ -70,10 +70,13 @@ def _block(m: int, n: int, density: float, seed: int, block: int, values: str,
     rows = min(ROW_BLOCK, m - r0)
     rng = np.random.default_rng([int(seed), 0x5A45E, int(block)])
     counts = rng.binomial(n, density, size=rows)
-    local = np.repeat(np.arange(rows, dtype=np.int64), counts)
-    cols = rng.integers(0, n, size=local.size, dtype=np.int64)
-    key = unique_sorted(local * np.int64(n) + cols)        # sorted by row, then column; duplicates merged
-    local, cols = np.divmod(key, np.int64(n))
+    # each row's columns: a uniform subset of its count, drawn as the zeros' complement past half full
+    dense = density > 0.5
+    key = _distinct_per_row(rng, n - counts if dense else counts, n)
+    if dense:
+        full = np.arange(rows, dtype=np.int64)[:, None] * np.int64(n) + np.arange(n, dtype=np.int64)
+        key = np.setdiff1d(full.ravel(), key, assume_unique=True)
+    local, cols = np.divmod(key, np.int64(n))             # sorted by row, then column
     del key
     counts = np.bincount(local, minlength=rows)
     if values == "uniform":
@@ -83,6 +86,19 @@ def _block(m: int, n: int, density: float, seed: int, block: int, values: str,
     else:
         vals = np.ones(cols.size)
     return counts, cols, vals.astype(dtype, copy=False)
+
+
+def _distinct_per_row(rng: np.random.Generator, counts: np.ndarray, n: int) -> np.ndarray:
+    """Sorted keys ``row * n + col`` of ``counts[row]`` distinct uniform columns per row (counts <= n / 2):
+    draws with replacement, merged, and the shortfall drawn again (it at least halves each round)."""
+    rows = np.arange(counts.size, dtype=np.int64)
+    key = np.empty(0, np.int64)
+    need = counts.astype(np.int64)
+    while need.any():
+        local = np.repeat(rows, need)
+        key = unique_sorted(np.concatenate([key, local * np.int64(n) + rng.integers(0, n, local.size)]))
+        need = counts - np.bincount(key // n, minlength=counts.size)
+    return key
 
 
 def random_sparse_rows(shape: Sequence[int], density: float, seed: int, lo: int, hi: int, *,
@@ -131,8 +147,8 @@ def random_sparse(shape: Sequence[int], density: float, seed: int = 0, client: A
                   workers: Sequence[str] | None = None) -> Any:
     """A seeded random sparse matrix: host CSR, or row blocks built on the workers.
 
-    Each row has a binomial(``n``, ``density``) number of nonzeros at uniform
-    random columns (duplicates within a row merged), as ``scipy.sparse.random``
+    Each row has a binomial(``n``, ``density``) number of nonzeros at distinct
+    uniform random columns, as ``scipy.sparse.random``
     but drawn per row block, so memory is linear in the nonzeros and rows,
     never in ``m * n``.  The same seed gives the same matrix on the host and
     on any number of workers.
