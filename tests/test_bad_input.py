@@ -335,6 +335,18 @@ DISTRIBUTE = [
     Case("grid-sparse", lambda c, d: wb.distribute(d.A, partition="2d", grid=(2, 0), client=c), ValueError,
          r"\bgrid\b"),
     Case("unknown-keyword", lambda c, d: wb.distribute(d.X, client=c, foo=1), TypeError, r"distribute\(\).*\bfoo\b"),
+    # these were accepted and ignored, or said only numpy's words
+    Case("dask-partition-3d", lambda c, d: wb.distribute(_dask(np.ones((6, 2)), 3), client=c, partition="3d"),
+         ValueError, r"\bpartition\b"),
+    Case("dense-symmetric-claim", lambda c, d: wb.distribute(np.triu(np.ones((4, 4))), client=c, symmetric=True),
+         ValueError, r"\bsymmetric=True\b"),
+    Case("dense-symmetric-not-square", lambda c, d: wb.distribute(np.ones((4, 3)), client=c, symmetric=True),
+         ValueError, r"\bsymmetric\b.*square"),
+    Case("2d-n_parts", lambda c, d: wb.distribute(np.ones((6, 2)), client=c, partition="2d", n_parts=5),
+         ValueError, r"\bn_parts\b"),
+    Case("ragged-list", lambda c, d: wb.distribute([[1.0, 2.0], [3.0]], client=c), ValueError, r"\bobj\b.*ragged"),
+    Case("owner_of-out-of-range", lambda c, d: wb.distribute(np.ones((6, 2)), client=c).owner_of([6]), IndexError,
+         r"outside 0\.\.5", where="cluster"),
     Case("unknown-worker", lambda c, d: wb.distribute(d.X, workers=["tcp://10.255.255.1:1"], client=c),
          ValueError, r"\bworkers\b"),
     # the caller's word on symmetry is checked once, where the blocks are (coloring trusted it: an invalid

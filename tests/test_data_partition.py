@@ -418,3 +418,16 @@ def test_a_kernel_result_that_lost_a_chunk_runs_its_call_again(clients):
     client.cancel([next(iter(C2.dask.layers[C2.name].values()))])
     with pytest.raises(WorkerLostError, match="an input it was made from .* is gone"):
         np.asarray(C2)
+
+
+def test_options_a_placed_input_ignores_are_said(clients):
+    # distribute(RowBlocks or dask, n_parts=...) returned the input as it is placed, and said nothing
+    client = clients(2)
+    X = wb.distribute(np.arange(12.0).reshape(6, 2), client=client)
+    with pytest.warns(UserWarning, match="n_parts ignored"):
+        assert wb.distribute(X, client=client, n_parts=7) is X
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wb.distribute(X, client=client) is X

@@ -168,7 +168,12 @@ class RowBlocks:
         self.workers[i] = worker
 
     def owner_of(self, index: Any) -> Any:
-        """Rank that owns row/vertex ``index`` (scalar or array)."""
+        """Rank that owns row/vertex ``index`` (scalar or array); an IndexError outside ``0..n-1``."""
+        from ..backend import to_host
+
+        idx = np.asarray(to_host(index))
+        if idx.size and (idx.min() < 0 or idx.max() >= self.offsets[-1]):
+            raise IndexError(f"index outside 0..{int(self.offsets[-1]) - 1}: {idx.min()}..{idx.max()}")
         return owner_of(index, self.offsets)
 
     def to_dask_array(self) -> Any:
@@ -480,6 +485,12 @@ def _keeps_source(fn: Callable) -> Callable:
         if not isinstance(replicas, int | np.integer) or isinstance(replicas, bool) or replicas < 1:
             raise ValueError(f"replicas must be a positive int, got {replicas!r}")
         if isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
+            if kwargs.get("partition", "1d") not in ("1d", "2d"):
+                raise ValueError(f"partition must be '1d' or '2d', got {kwargs['partition']!r}")
+            ignored = sorted(k for k in ("grid", "n_parts", "workers") if kwargs.get(k) is not None)
+            if ignored:   # a distributed input is used where it lies
+                warnings.warn(f"{fn.__name__}(): {type(obj).__name__} input is used as it is placed; "
+                              f"{', '.join(ignored)} ignored", UserWarning, stacklevel=2)
             return fn(obj, client, **kwargs)
         client = _check_distribute(obj, client, **kwargs)
         _check_fits(client, _host_nbytes(obj) * replicas, kwargs.get("workers"), kwargs.get("n_parts"), "the data")
@@ -529,7 +540,10 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
             or hasattr(obj, "__cuda_array_interface__")):
         raise TypeError(f"obj must be a scipy.sparse matrix, an array (numpy, cupy, dask) or a container, "
                         f"got {type(obj).__name__}")
-    shape = tuple(getattr(obj, "shape", None) or np.shape(obj))
+    try:
+        shape = tuple(getattr(obj, "shape", None) or np.shape(obj))
+    except ValueError as e:   # numpy's "inhomogeneous shape"
+        raise ValueError(f"obj is a ragged list (rows of different lengths): {e}") from None
     if not shape:
         raise ValueError("obj must have at least one dimension, got a scalar")
     dt = np.dtype(getattr(obj, "dtype", None) or np.asarray(obj).dtype)
@@ -542,6 +556,14 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
         raise ValueError(f"n_parts must be a positive int or None, got {n_parts!r}")
     if symmetric is not None and not isinstance(symmetric, bool | np.bool_):
         raise TypeError(f"symmetric must be a bool or None, got {type(symmetric).__name__}")
+    if symmetric is not None and not _is_sparse(obj):   # sparse claims are checked where the blocks are
+        from ..backend import to_host
+
+        nz = np.asarray(to_host(obj)) != 0
+        if nz.ndim != 2 or nz.shape[0] != nz.shape[1]:
+            raise ValueError(f"symmetric= applies to a square matrix, got shape {nz.shape}")
+        if bool((nz == nz.T).all()) != bool(symmetric):
+            raise ValueError(f"symmetric={symmetric!r}, but the array's pattern is {'not ' * bool(symmetric)}symmetric")
     if workers is not None and (isinstance(workers, str) or not all(isinstance(w, str) for w in workers)
                                 or not workers):
         raise TypeError(f"workers must be a non-empty list of worker addresses, got {workers!r}")
@@ -551,6 +573,8 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
         if grid is not None and (not isinstance(grid, tuple | list) or len(grid) != 2 or not all(
                 isinstance(g, int | np.integer) and not isinstance(g, bool) and g >= 1 for g in grid)):
             raise ValueError(f"grid must be a pair of positive ints (R, C), got {grid!r}")
+        if n_parts is not None:
+            raise ValueError(f"n_parts applies to partition='1d'; a 2-D partition takes grid=, got n_parts={n_parts}")
     elif grid is not None:
         raise ValueError(f"grid applies to partition='2d' only, got grid={grid!r} with partition={partition!r}")
     client = default_client(client)
