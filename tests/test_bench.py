@@ -26,6 +26,20 @@ def test_compare_reports_speedup_of_peers():
     assert bench.ratio_table(rows).shape[0] == 2
 
 
+def test_measure_and_compare_name_what_is_wrong():
+    # each was a bare "'int' object is not callable" or "too many values to unpack", or ran (warmup=-1)
+    f = lambda: 1  # noqa: E731
+    with pytest.raises(TypeError, match=r"^fn must be a callable"):
+        bench.measure(3)
+    with pytest.raises(ValueError, match=r"^warmup must"):
+        bench.measure(f, warmup=-1)
+    with pytest.raises(TypeError, match=r"^peers must"):
+        bench.compare(("ours", f), ("peer", f))
+    with pytest.raises(TypeError, match=r"^ours must"):
+        bench.compare(f, [])
+    assert [r["name"] for r in bench.compare(("ours", f), [("peer", f)], repeat=1)] == ["ours", "peer"]
+
+
 def test_measure_rejects_bad_repeat():
     with pytest.raises(ValueError):
         bench.measure(lambda: None, repeat=0)

@@ -162,6 +162,10 @@ def measure(fn: Callable[[], Any], *, name: str | None = None, warmup: int = 1, 
     3
     """
     _check_positive(repeat=repeat)
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int | np.integer) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
     if on_stale not in ("raise", "warn", "ignore"):
         raise ValueError(f"on_stale must be 'raise', 'warn' or 'ignore', got {on_stale!r}")
     label = name or getattr(fn, "__name__", "fn")
@@ -314,6 +318,13 @@ def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warm
     taken = sorted(_ROW_FIELDS.intersection(labels))
     if taken:
         raise ValueError(f"labels {taken} are compare's own row fields; name them otherwise")
+    def entry(r: Any) -> bool:
+        return isinstance(r, tuple | list) and len(r) in (2, 3) and isinstance(r[0], str) and callable(r[1])
+
+    if not entry(ours):
+        raise TypeError(f"ours must be a (name, fn) pair, got {type(ours).__name__}")
+    if not isinstance(peers, list | tuple) or not all(entry(p) for p in peers):
+        raise TypeError(f"peers must be a list of (name, fn) or (name, fn, bytes_needed) tuples, got {peers!r:.80}")
     if stream_bytes is None:
         t_ours = measure(ours[1], name=ours[0], warmup=warmup, repeat=repeat, on_stale=on_stale)
     else:
