@@ -123,6 +123,12 @@ def test_mtx_symmetrize_as_graph(files, clients, n_workers):
     _check_blocks(G, want, n_workers, client)
     with pytest.raises(ValueError, match="square"):
         wb.data.load_mtx(path, symmetrize=True, client=client)
+    # a stored zero is no edge (it was one), host and workers alike; an entry either way is
+    zero = files[0] / "stored_zero.mtx"
+    zero.write_text("%%MatrixMarket matrix coordinate real general\n4 4 3\n1 2 1.0\n2 1 -1.0\n2 3 0.0\n")
+    edges = sp.csr_matrix(([1.0, 1.0], ([0, 1], [1, 0])), shape=(4, 4))
+    _same(wb.data.load_mtx(zero, symmetrize=True), edges)
+    _check_blocks(wb.data.load_mtx(zero, symmetrize=True, client=client), edges, n_workers, client)
 
 
 @pytest.mark.parametrize("n_workers", [1, 2, 3])

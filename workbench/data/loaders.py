@@ -216,8 +216,13 @@ def _mtx_entries(text: bytes, header: dict, path: str) -> tuple[np.ndarray, np.n
     return i, j, v, read
 
 
-def _graph_pattern(i: np.ndarray, j: np.ndarray, symmetrize: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edges as a graph pattern: both directions (``symmetrize``), loops dropped, values 1.0."""
+def _graph_pattern(i: np.ndarray, j: np.ndarray, symmetrize: bool,
+                   v: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edges as a graph pattern: both directions (``symmetrize``), loops and stored zeros (``v == 0``)
+    dropped, values 1.0."""
+    if v is not None:
+        keep = v != 0
+        i, j = i[keep], j[keep]
     if symmetrize:
         i, j = np.concatenate([i, j]), np.concatenate([j, i])
     keep = i != j
@@ -257,7 +262,7 @@ def _check_count(path: str, header: dict, read: int) -> None:
 def _mtx_rank(comm: Any, _: Any, path: str, header: dict, symmetrize: bool, offsets: np.ndarray) -> tuple:
     i, j, v, read = _mtx_entries(_rank_text(path, comm.rank, comm.size, header["data_start"]), header, path)
     if symmetrize:
-        i, j, v = _graph_pattern(i, j, True)
+        i, j, v = _graph_pattern(i, j, True, v)
     i, j, v = _route_rows(comm, i, j, v, offsets)
     lo, hi = int(offsets[comm.rank]), int(offsets[comm.rank + 1])
     block = _csr_block(i - lo, j, v, (hi - lo, header["shape"][1]), pattern=symmetrize)
@@ -318,7 +323,7 @@ def _mtx_part(path: str, header: dict, symmetrize: bool, size: int, lo: int, hi:
     of a partition lost with its worker)."""
     def entries(q: int) -> tuple:
         i, j, v, _ = _mtx_entries(_rank_text(path, q, size, header["data_start"]), header, path)
-        return _graph_pattern(i, j, True) if symmetrize else (i, j, v)
+        return _graph_pattern(i, j, True, v) if symmetrize else (i, j, v)
 
     i, j, v = _rows_in_rank_order(entries, size, lo, hi)
     return _csr_block(i - lo, j, v, (hi - lo, header["shape"][1]), pattern=symmetrize)
@@ -371,11 +376,14 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
     path : str or os.PathLike
         The file; with ``client`` it must be readable by the workers too.
     symmetrize : bool
-        Read it as an undirected graph: the pattern of ``A + A.T`` with
-        self-loops dropped and values 1.0.
+        Read it as an undirected graph: an edge (value 1.0) wherever
+        ``A[i, j]`` or ``A[j, i]`` is a nonzero entry; self-loops and stored
+        zeros are no edges.
     client : distributed.Client, optional
         Read on the workers and return :class:`~workbench.partition.RowBlocks`
-        (one CSR row block per worker).  Without it: a host CSR matrix.
+        (one CSR row block per worker; coordinate files only: read a dense
+        ``array`` file without ``client`` and ``wb.distribute`` it).  Without
+        it: a host CSR matrix.
     workers : list of str, optional
         Workers to read on, in rank order (default: all, sorted).
 
@@ -407,7 +415,7 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
         i, j, v, read = _mtx_entries(_rank_text(path, 0, 1, header["data_start"]), header, path)
         _check_count(path, header, read)
         if symmetrize:
-            i, j, v = _graph_pattern(i, j, True)
+            i, j, v = _graph_pattern(i, j, True, v)
         return _csr_block(i, j, v, tuple(header["shape"]), pattern=symmetrize)
     if client is None:   # dense 'array' format
         import scipy.io
@@ -419,7 +427,7 @@ def load_mtx(path: str | os.PathLike, *, symmetrize: bool = False, client: Any =
             raise ValueError(f"{path}: {e}") from None
         if symmetrize:
             coo = A.tocoo()
-            i, j, v = _graph_pattern(coo.row.astype(np.int64), coo.col.astype(np.int64), True)
+            i, j, v = _graph_pattern(coo.row.astype(np.int64), coo.col.astype(np.int64), True, coo.data)
             return _csr_block(i, j, v, A.shape, pattern=True)
         return A
     if header["format"] != "coordinate":
