@@ -168,13 +168,14 @@ def test_huge_and_tiny_coordinates_give_the_same_neighbours(clients, scale, dtyp
         assert validate_knn(Xs, g)["valid"]
 
 
-@pytest.mark.parametrize("n_workers", [1, 3])
-def test_approximate_lists_are_never_short(clients, n_workers):
+@pytest.mark.parametrize("n_workers, backend", [(1, "cpu"), (3, "cpu"), (2, "gpu-sim")])
+def test_approximate_lists_are_never_short(clients, n_workers, backend):
     # 30 cells for 37 points, one probed: cells hold fewer than k + 1 points, and the lists came back padded
-    # with -1 and inf; those points get their exact lists
-    client = clients(n_workers)
+    # with -1 and inf; those points get their exact lists (on device workers from the device scan)
+    client = clients(n_workers, backend=backend)
     X = np.random.default_rng(5).standard_normal((37, 3))
     g = wb.knn_graph(X, 5, n_cells=30, n_probe=1, client=client)
+    assert g.stats["backend"] == backend
     assert (g.indices >= 0).all() and np.isfinite(g.distances).all()
     assert g.stats["exact_fill"] > 0
     assert validate_knn(X, g)["valid"]

@@ -484,9 +484,9 @@ def _keeps_source(fn: Callable) -> Callable:
         replicas = kwargs.get("replicas", 1)
         if not isinstance(replicas, int | np.integer) or isinstance(replicas, bool) or replicas < 1:
             raise ValueError(f"replicas must be a positive int, got {replicas!r}")
+        if kwargs.get("partition", "1d") not in ("1d", "2d"):   # whatever obj is (a placed one too)
+            raise ValueError(f"partition must be '1d' or '2d', got {kwargs['partition']!r}")
         if isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
-            if kwargs.get("partition", "1d") not in ("1d", "2d"):
-                raise ValueError(f"partition must be '1d' or '2d', got {kwargs['partition']!r}")
             ignored = sorted(k for k in ("grid", "n_parts", "workers") if kwargs.get(k) is not None)
             if ignored:   # a distributed input is used where it lies
                 warnings.warn(f"{fn.__name__}(): {type(obj).__name__} input is used as it is placed; "
@@ -533,9 +533,7 @@ def _keeps_source(fn: Callable) -> Callable:
 def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any = None, workers: Any = None,
                       n_parts: Any = None, symmetric: Any = None, replicas: int = 1) -> Any:
     """:func:`distribute`'s arguments, checked on the client before anything is scattered (those that need
-    no cluster first); returns the client."""
-    if partition not in ("1d", "2d"):
-        raise ValueError(f"partition must be '1d' or '2d', got {partition!r}")
+    no cluster first; ``partition`` the wrapper checked); returns the client."""
     if not (_is_sparse(obj) or isinstance(obj, list | tuple) or hasattr(obj, "__array__")
             or hasattr(obj, "__cuda_array_interface__")):
         raise TypeError(f"obj must be a scipy.sparse matrix, an array (numpy, cupy, dask) or a container, "
@@ -557,9 +555,10 @@ def _check_distribute(obj: Any, client: Any, *, partition: str = "1d", grid: Any
     if symmetric is not None and not isinstance(symmetric, bool | np.bool_):
         raise TypeError(f"symmetric must be a bool or None, got {type(symmetric).__name__}")
     if symmetric is not None and not _is_sparse(obj):   # sparse claims are checked where the blocks are
-        from ..backend import to_host
+        from ..backend import namespace
 
-        nz = np.asarray(to_host(obj)) != 0
+        a = obj if hasattr(obj, "__array__") or hasattr(obj, "__cuda_array_interface__") else np.asarray(obj)
+        nz = namespace(a).asarray(a) != 0     # a device array is checked on its device, not copied here
         if nz.ndim != 2 or nz.shape[0] != nz.shape[1]:
             raise ValueError(f"symmetric= applies to a square matrix, got shape {nz.shape}")
         if bool((nz == nz.T).all()) != bool(symmetric):
@@ -1094,8 +1093,6 @@ def distribute(obj: Any, client: Any = None, *, partition: str = "1d", grid: tup
         return obj
     if _is_dask(obj):
         return obj
-    if partition not in ("1d", "2d"):
-        raise ValueError(f"partition must be '1d' or '2d', got {partition!r}")
     client = default_client(client)
     addrs = list(workers) if workers is not None else worker_addresses(client)
     if not addrs:

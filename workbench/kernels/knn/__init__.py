@@ -70,7 +70,7 @@ from ...backend import namespace, to_host
 from ...cluster import default_client
 from ...partition import RowBlocks, as_row_blocks, check_bool, check_int, known_chunks, resilient
 from .cpu import _count_hits, _scan_kernel
-from .ranks import _approx_rank, _exact_rank, _new_lists, scale_exponent
+from .ranks import EXACT_TILES, _approx_rank, _exact_rank, _new_lists, scale_exponent
 
 __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture", "brute_force_knn"]
 
@@ -80,7 +80,8 @@ _METRICS = ("euclidean", "cosine")
 # 4 k-means iterations (not 8): the bound keeps recall, the cells only set the cost
 _APPROX_DEFAULTS = {"n_cells": None, "n_probe": 16, "groups": 1, "kmeans_iter": 4, "kmeans_sample": 20000,
                     "reverse": True, "local_join": 2}
-_EXACT_DEFAULTS = {"margin": None, "tile_rows": 256, "tile_cols": 2048, "engine": "auto", "prune": True}
+_EXACT_DEFAULTS = {"margin": None, "tile_rows": EXACT_TILES[0], "tile_cols": EXACT_TILES[1], "engine": "auto",
+                   "prune": True}
 
 
 @dataclass

@@ -37,6 +37,15 @@ def scale_exponent(amax: float) -> int:
     return int(np.frexp(amax)[1])
 
 
+#: The exact pass's tiles (rows of queries, columns of candidates): knn_graph's defaults, and the exact fill's.
+EXACT_TILES = (256, 2048)
+
+
+def _kept(n: int, k: int, margin: int | None) -> int:
+    """Candidates an exact list keeps: k plus a margin (default ``max(8, k // 2)``), at most ``n - 1``."""
+    return min(n - 1, k + (margin if margin is not None else max(8, k // 2)))
+
+
 def _prepare(comm: Any, block: Any, metric: str) -> tuple:
     """Original points for the exact recheck (float64 view for cosine) and the
     globally centred float32 copy the GEMM uses (centring shrinks its error),
@@ -81,7 +90,7 @@ def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, 
     t0, c0 = time.perf_counter(), time.thread_time()
     X, mean, e = _prepare(comm, block, metric)
     nl, d = X.shape
-    m = min(n - 1, k + (opts["margin"] if opts["margin"] is not None else max(8, k // 2)))
+    m = _kept(n, k, opts["margin"])
     device = device_kind()
     if opts["engine"] == "xp" or (opts["engine"] == "auto" and device == "cpu" and xp is not np):
         scan = _scan_tile_xp
@@ -424,8 +433,8 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     if comm.allreduce(counters["exact_fill"]):
         scan = _scan_tile_numba if device == "cpu" else _scan_tile_cuda
         nmax = comm.allreduce(float(xn.max()) if nl else 0.0, op="max")
-        m = min(n - 1, k + max(8, k // 2))
-        idx2, d22, _, c2 = _float64_pass(comm, X, off, gids, missing, mean, m, k, n, 256, 2048, scan, nmax)
+        idx2, d22, _, c2 = _float64_pass(comm, X, off, gids, missing, mean, _kept(n, k, None), k, n, *EXACT_TILES,
+                                         scan, nmax)
         ind[missing], d2[missing] = idx2, d22
         counters["distance_evaluations"] += c2
 

@@ -210,6 +210,7 @@ from .params import (
     _MOVE_COST,
     _PROBE,
     _SPREAD_BYTES,
+    _TRUNC_WARN,
     COMPACT6,
 )
 from .ranks import Borrow, _random_rank, _tridiag_rank, random_part
@@ -1025,10 +1026,6 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
                       "(stats['truncation_coupling']): the answer may be off by that times max|x|; "
                       "reduced='auto' or 'exact' solves the coupling exactly", RuntimeWarning, stacklevel=4)
     return X
-
-
-#: Dropped couplings past this (half the digits) make reduced='truncated' warn.
-_TRUNC_WARN = 2.0 ** -26
 
 
 def _no_systems(spec: _Spec, client: Any) -> Any:

@@ -60,6 +60,8 @@ _MOVE_COST = 8
 _SPREAD_BYTES = 16 << 20
 #: Truncate the reduced system when every dropped coupling is below this.
 _TRUNC_TOL = 2.0 ** -53
+#: Dropped couplings past this (half the digits) make an explicit reduced='truncated' warn.
+_TRUNC_WARN = 2.0 ** -26
 #: Scale for the finiteness accumulator: large finite entries must not overflow it (the numba kernels
 #: read it as a compile-time constant).
 _CHK_SCALE = 2.0 ** -80
