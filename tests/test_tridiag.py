@@ -742,6 +742,37 @@ def test_chunks_on_another_worker_move_before_the_ranks(clients, split):
     _close(x.compute(), _oracle(dl, d, du, b))
 
 
+def test_inputs_chunked_apart_run_only_the_ranks_and_their_cuts(clients):
+    # dask's chunks="auto" cuts gtsv's dl and du (n - 1 columns) into other rows of systems than d and b:
+    # each rank reads the chunks whose systems are mostly its own in place (moved to it once), the other
+    # rank gets its few rows cut beside them, and nothing is rechunked (dl and du were copied, and moved
+    # between the workers, on every call)
+    import dask.array as da
+    from distributed import get_task_stream, wait
+
+    client = clients(2)
+    V, n = 64, 1024
+    dl, d, du, b = _system("dominant", n, V, None, seed=5)
+    arrs = [da.from_array(a, chunks=(c, -1)) for a, c in zip((dl, d, du, b), (17, 16, 17, 16), strict=True)]
+    arrs = client.persist(arrs, workers=[sorted(client.scheduler_info()["workers"])[0]])   # all on one worker
+    wait(arrs)
+    ref = np.asarray(wb.tridiag_solve(dl, d, du, b, client=client))
+    wb.tridiag_solve(*arrs, client=client)                 # the first call moves the second rank's chunks
+    for _ in range(2):
+        client.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
+        with get_task_stream(client) as ts:
+            x = wb.tridiag_solve(*arrs, client=client)
+            wait(client.persist(x))
+        ran = sorted(t["key"] if isinstance(t["key"], str) else t["key"][0] for t in ts.data)
+        assert [k.split("-")[0] for k in ran] == ["_cols"] * 2 + ["spmd"] * 2, ran
+        # dl's and du's chunk 17..34 lies across the ranks' systems (0..32, 32..64): two rows of each move
+        moved = sum(e["total"] for log in client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log))
+                    .values() for e in log)
+        assert moved <= 4 * n * 8, moved
+        assert x.stats["split"] == "batch" and x.stats["gtsv_in_place"] is True
+        assert np.array_equal(np.asarray(x), ref)
+
+
 def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
     # n = 200: twelfths, sixths and quarters of the line are shorter than 2 * halo + 2 rows, halves are not;
     # whole systems per worker (host input) or a line split over two, the same blocks and the same answers
@@ -814,6 +845,13 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
         "dask both ways, empty chunks": (wb.tridiag_solve(*dk((dl, d, du, b), [((16, 0, 16, 16), (700, 0, mo - 700)),
                                                                        ((16, 0, 16, 16), (700, 0, n - 700))] * 2),
                                                           periodic=periodic, client=client), False),
+        # each input its own chunks of systems, as dask's chunks="auto" cuts dl's n - 1 columns and d's n
+        "dask along batch, chunked apart": (wb.tridiag_solve(*dk((dl, d, du, b), [(17, -1), ((20, 28), -1), (13, -1),
+                                                                                  (16, -1)]),
+                                                             periodic=periodic, client=client), False),
+        "dask axis=0 along batch, chunked apart": (
+            wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(-1, 17), (-1, 16), (-1, (5, 43)), (-1, 16)]), axis=0,
+                             periodic=periodic, client=client), True),
         "dask axis=0 along n": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(mo // 2, V), (n // 2, V)] * 2),
                                                  axis=-2, periodic=periodic, client=client), True),
         "dask axis=0 along batch": (wb.tridiag_solve(*dk((dl.T, d.T, du.T, b.T), [(-1, 16)] * 4), axis=0,
@@ -845,6 +883,10 @@ def test_layouts_axes_and_chunkings_give_identical_answers(clients, n_workers, p
     for name in ("dask both ways", "dask both ways, empty chunks", "dask axis=0 both ways"):
         assert cases[name][0].stats["split"] == "batch" and cases[name][0].stats["bytes_moved"] < 8 * V, name
     assert cases["dask both ways"][0].stats["gtsv_in_place"] is True
+    # inputs chunked apart are cut to the same systems on each rank, in place: no rechunk, nothing moves
+    for name in ("dask along batch, chunked apart", "dask axis=0 along batch, chunked apart"):
+        assert cases[name][0].stats["split"] == "batch" and cases[name][0].stats["bytes_moved"] < 8 * V, name
+    assert cases["dask along batch, chunked apart"][0].stats["gtsv_in_place"] is True
     # a rank over three or more chunks solves them in place, in runs of blocks joined as ranks are
     assert cases["dask along n, ragged"][0].stats["gtsv_in_place"] is True
     assert cases["dask along n"][0].stats["gtsv_in_place"] is True

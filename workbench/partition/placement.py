@@ -126,10 +126,11 @@ def chunk_sources(x: Any) -> np.ndarray:
 
 
 def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) -> list:
-    """A Future per ``(source, workers)``: a Future passes as it is; a Delayed that stands for data in its
-    graph (a chunk of ``dask.array.from_array`` of a host array) is scattered straight to ``workers``; the
-    other Delayeds are submitted together, one ``compute`` per distinct ``workers`` (``None``: anywhere;
-    else only there), so the scheduler gets them in one message instead of one per piece.
+    """A Future per ``(source, workers)``: a Future passes as it is; a host array, or a Delayed that stands
+    for data in its graph (a chunk of ``dask.array.from_array`` of a host array), is scattered straight to
+    ``workers``; the other Delayeds are submitted together, one ``compute`` per distinct ``workers``
+    (``None``: anywhere; else only there), so the scheduler gets them in one message instead of one per
+    piece.
 
     Examples
     --------
@@ -142,7 +143,7 @@ def compute_all(client: Any, items: Sequence[tuple[Any, Sequence[str] | None]]) 
     for i, (src, workers) in enumerate(items):
         if _is_future(src):
             out[i] = src
-        elif (data := _literal(src)) is not None:
+        elif (data := src if isinstance(src, np.ndarray) else _literal(src)) is not None:
             literals.setdefault(None if workers is None else tuple(workers), []).append((i, data))
         else:
             groups.setdefault(None if workers is None else tuple(workers), []).append(i)

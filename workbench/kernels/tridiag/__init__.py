@@ -110,8 +110,10 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   chunks are they copied into one block first (``stats["gtsv_in_place"]``
   says which).  Dask arrays chunked along the batch, or along both axes (a
   grid of chunks, as dask's ``chunks="auto"`` cuts a large square batch),
-  give each worker whole rows of chunks (rechunked to ``b``'s chunks of
-  systems where the inputs differ; fewer rows than workers leave workers
+  give each worker whole rows of ``b``'s chunks (inputs chunked apart, as
+  ``chunks="auto"`` cuts ``dl``'s ``n - 1`` columns, are not rechunked: a chunk
+  is read in place by the rank taking most of its systems, and only the rows
+  another rank needs travel); fewer rows than workers leave workers
   idle, unless the input is under 16 MiB a worker: then the line split
   over every worker), and so do host batches of at least 8
   systems per worker: whole systems, no exchange at all (the blocks along
@@ -176,6 +178,7 @@ from ...cluster import backend_of, default_client, worker_addresses
 from ...partition import (
     RowBlocks,
     TaskLineage,
+    _literal,
     _scatter_all,
     array_of,
     block_offsets,
@@ -843,27 +846,48 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         # rank's worker once and stays there, so the next call finds it in place
         cuts = block_offsets(nb_batch, min(len(addrs), nb_batch))
         P = len(cuts) - 1
-        # every input in b's chunks of systems (a chunk row must name the same systems in all four); along
-        # the line each keeps its own chunks
-        arrays = [(a.rechunk({i: bch if i == bax else _nonempty(a.chunks[i]) if i == lax else -1
-                              for i in range(a.ndim)}), sh) for a, sh in arrays]
-        bounds = np.concatenate([[0], np.cumsum(bch)]).astype(np.int64)
-        boffs = bounds[cuts]
-        grids = [np.moveaxis(chunk_sources(a), (bax, lax), (0, 1)).reshape(nb_batch, -1) for a, _ in arrays]
-        edges = [np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64) for a, _ in arrays]
-
-        def cells(k: int, r: int) -> list[tuple[int, int]]:   # rank r's chunks of input k, row by row
-            return [(c, j) for c in range(cuts[r], cuts[r + 1]) for j in range(grids[k].shape[1])]
-
-        want = [[(grids[k][c, j].key, int(bounds[c + 1] - bounds[c]) * int(edges[k][j + 1] - edges[k][j]))
-                 for k in range(len(arrays)) for c, j in cells(k, r)] for r in range(P)]
+        boffs = np.concatenate([[0], np.cumsum(bch)]).astype(np.int64)[cuts]
+        # every input keeps its own chunks of systems (dask's chunks="auto" cuts dl's n - 1 columns into other
+        # rows than d's n): each rank cuts its inputs to the same systems itself (views, _common_rows), where
+        # rechunking them alike copied dl and du, and moved rows between the workers, on every call
+        arrays = [(a.rechunk({i: _nonempty(a.chunks[i]) if i in (bax, lax) else -1 for i in range(a.ndim)}), sh)
+                  for a, sh in arrays]
+        plans = [[[] for _ in arrays] for _ in range(P)]   # per rank and input: (line offset, source, rows, mine, size)
+        for k, (a, sh) in enumerate(arrays):
+            grid = np.moveaxis(chunk_sources(a), (bax, lax), (0, 1)).reshape(len(a.chunks[bax]), -1)
+            rows = np.concatenate([[0], np.cumsum(a.chunks[bax])]).astype(np.int64)
+            edges = np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64)
+            for c in range(grid.shape[0]):
+                share = [(max(int(boffs[r]), int(rows[c])), min(int(boffs[r + 1]), int(rows[c + 1])))
+                         for r in range(P)]
+                # the rank taking most of a chunk's systems reads it in place; the others get their rows cut
+                # beside it (only they travel); a host chunk (dask.array.from_array) is cut here
+                owner = max(range(P), key=lambda r, share=share: (share[r][1] - share[r][0], -r))
+                for r, (v0, v1) in enumerate(share):
+                    if v1 <= v0:
+                        continue
+                    v0, v1 = v0 - int(rows[c]), v1 - int(rows[c])
+                    whole = (v0, v1) == (0, int(rows[c + 1] - rows[c]))
+                    for j in range(grid.shape[1]):
+                        src = grid[c, j]
+                        if (data := _literal(src)) is not None:
+                            src, cut, mine = (data if whole else _cols(data, bax, v0, v1)), None, True
+                        elif whole or r == owner:
+                            cut, mine = (None if whole else (v0, v1)), True
+                        else:
+                            src, cut, mine = dask.delayed(_cols, pure=True)(src, bax, v0, v1), None, False
+                        size = (v1 - v0) * int(edges[j + 1] - edges[j])
+                        plans[r][k].append((int(edges[j]) - sh, src, cut, mine, size))
+        want = [[(src.key, size) for pieces in plan for _, src, _, mine, size in pieces
+                 if mine and hasattr(src, "key")] for plan in plans]
         ws = _rank_workers(client, want, addrs)
-        where = [(k, r, c, j) for r in range(P) for k in range(len(arrays)) for c, j in cells(k, r)]
-        futs = dict(zip(where, compute_all(client, [(grids[k][c, j], [ws[r]]) for k, r, c, j in where]),
-                        strict=True))
-        # an input's pieces: its chunks row by row, each row's first piece starting the line (_batch_rows)
-        out = [tuple([(int(edges[k][j]) - sh, futs[k, r, c, j]) for c, j in cells(k, r)]
-                     for k, (_, sh) in enumerate(arrays)) for r in range(P)]
+        where = [(r, k, i) for r in range(P) for k in range(len(arrays)) for i in range(len(plans[r][k]))]
+        futs = dict(zip(where, compute_all(client, [(plans[r][k][i][1], [ws[r]] if plans[r][k][i][3] else None)
+                                                    for r, k, i in where]), strict=True))
+        # an input's pieces: its chunks row by row, each row's first piece starting the line (_batch_rows); a
+        # chunk the rank reads in part names the rows of systems it reads
+        out = [tuple([(p[0], futs[r, k, i]) + (p[2] or ()) for i, p in enumerate(plans[r][k])]
+                     for k in range(len(arrays))) for r in range(P)]
         return out, np.array([0, n], np.int64), ws, boffs
     line_b = arrays[-1][0]
     P, nb_line = len(addrs), len(_nonempty(line_b.chunks[lax]))
@@ -963,8 +987,8 @@ def _run(spec: _Spec, client: Any, mode: str) -> Any:
     lends: list[list] = [[] for _ in range(P)]   # per rank: (to rank, input, piece, c0, c1), in the order taken
     for r in range(P):
         for k, pieces in enumerate(parts[r] if spec.source != "rows" else ()):
-            for _, p in pieces:
-                if isinstance(p, Borrow):
+            for q in pieces:
+                if isinstance(p := q[1], Borrow):
                     lends[p.rank].append((r, k, p.index, p.c0, p.c1))
     cfg["lends"] = lends if any(lends) else None
     rank_args = [(parts[r], spans[r][0], spans[r][1], blocks[r][0], blocks[r][1],

@@ -52,7 +52,10 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
         xp_of = namespace(*parts)
     else:
         # lists of (first local row, block) in the caller's layout
-        raw = [[(r0, to_device(p)) for r0, p in pieces] for pieces in _borrowed(comm, parts, cfg)]
+        raw = [[(q[0], _rows_of(to_device(q[1]), q[2:], cfg)) for q in pieces]
+               for pieces in _borrowed(comm, parts, cfg)]
+        if cfg["split"] == "batch":
+            raw = _common_rows(raw, 1 - cfg["nax"])
         xp_of = namespace(*[p for pieces in raw for _, p in pieces])
     cfg = {**cfg, "local": _engine(kind, cfg["engine"], xp_of)}
     x = None
@@ -179,6 +182,33 @@ def _assemble(pieces: list, m: int, cfg: dict) -> tuple[Any, int, Any]:
     if len(pieces) == 2 and r_a == 0 and a.shape[lax] == 1 and r_b == 1:
         return b, 1, xp.take(a, 0, axis=lax)
     return _block(pieces, m, lax), 0, None
+
+
+def _rows_of(a: Any, rows: tuple, cfg: dict) -> Any:
+    """A chunk of systems, or the rows ``rows = (v0, v1)`` of it that the rank reads (a view)."""
+    return a[_along(1 - cfg["nax"], a.ndim, *rows)] if rows else a
+
+
+def _common_rows(raw: list, bax: int) -> list:
+    """A batch split's pieces of every input cut at every input's edges between chunks of systems (views),
+    so that row ``i`` of each input names the same systems (dask's ``chunks="auto"`` cuts gtsv's ``n - 1``
+    off-diagonals into other rows of systems than ``d``)."""
+    rows = [_batch_rows(pieces) for pieces in raw]
+    sizes = [[int(row[0][1].shape[bax]) for row in rk] for rk in rows]
+    if all(sz == sizes[-1] for sz in sizes):
+        return raw
+    cuts = sorted(set().union(*(np.cumsum(sz).tolist() for sz in sizes)))
+    out = []
+    for rk, sz in zip(rows, sizes, strict=True):
+        ends = np.cumsum(sz)
+        pieces, lo = [], 0
+        for hi in cuts:
+            c = int(np.searchsorted(ends, lo, side="right"))
+            base = int(ends[c] - sz[c])
+            pieces += [(r0, p[_along(bax, p.ndim, lo - base, hi - base)]) for r0, p in rk[c]]
+            lo = hi
+        out.append(pieces)
+    return out
 
 
 def _batch_rows(pieces: list) -> list[list]:
