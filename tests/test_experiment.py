@@ -104,6 +104,9 @@ def test_cli_lists_and_reports_failure(tmp_repo):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no experiment 'missing'" in bad.stderr
     assert "estimate" not in bad.stdout + bad.stderr   # the error comes before anything else is said
+    helped = subprocess.run([sys.executable, "-m", "workbench", "--help"], env=env, capture_output=True, text=True)
+    assert helped.returncode == 0 and "``" not in helped.stdout                   # no raw reST markup
+    assert "python -m workbench run all --profile ci" in helped.stdout            # the examples
 
 
 @pytest.mark.parametrize("name", experiment.list_experiments())

@@ -236,7 +236,11 @@ def _positive_int(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .experiment import PROFILES
 
-    p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    # the module docstring without its reST markup: the first line, and the examples as an epilog
+    doc = __doc__.replace("``", "").splitlines()
+    p = argparse.ArgumentParser(prog="workbench", description=doc[0],
+                                epilog="examples:\n" + "\n".join("  " + ln for ln in doc[4:] if ln.strip()),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
     sp = sub.add_parser("list", help="list experiments")
