@@ -107,6 +107,13 @@ def test_cli_lists_and_reports_failure(tmp_repo):
     helped = subprocess.run([sys.executable, "-m", "workbench", "--help"], env=env, capture_output=True, text=True)
     assert helped.returncode == 0 and "``" not in helped.stdout                   # no raw reST markup
     assert "python -m workbench run all --profile ci" in helped.stdout            # the examples
+    from workbench.backend import gpu_available
+
+    if not gpu_available()[0]:   # no device: one line that says why, not the cluster's traceback
+        gpu = subprocess.run([sys.executable, "-m", "workbench", "bench", "--backend", "gpu", "--profile", "ci"],
+                             env=env, capture_output=True, text=True)
+        assert gpu.returncode == 2 and "Traceback" not in gpu.stderr, gpu.stderr
+        assert gpu.stderr.startswith("workbench: backend='gpu' is unavailable"), gpu.stderr
 
 
 @pytest.mark.parametrize("name", experiment.list_experiments())

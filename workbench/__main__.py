@@ -186,7 +186,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return 2
     mods = _bench_modules(root, args.names)
     rows, errors = [], []
-    with cluster(backend=args.backend, n_workers=args.workers) as client:
+    ctx = cluster(backend=args.backend, n_workers=args.workers)
+    try:
+        ctx.start()
+    except RuntimeError as e:   # no device for backend="gpu", say (one line, not the cluster's traceback)
+        print(f"workbench: {e}", file=sys.stderr)
+        return 2
+    with ctx as client:
         for rnd in range(args.rounds):
             for key, mod in mods:
                 print(f"== {key}" + (f" (round {rnd + 1}/{args.rounds})" if args.rounds > 1 else ""), flush=True)
