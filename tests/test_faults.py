@@ -327,6 +327,29 @@ def _hang_on_rank0(comm, _):
     return comm.recv((comm.rank + 1) % comm.size)  # nobody sends: only an abort ends this
 
 
+def test_persisted_results_are_made_again(client):
+    # client.persist(result) and dask.persist(result) hand back a copy of the result, not a plain dask array
+    # that fails when read after its worker went (the read reruns the call, as reading the result does)
+    import dask
+    import dask.array as da
+
+    rng = np.random.default_rng(4)
+    A = sp.random(240, 240, density=0.05, format="csr", random_state=5) + sp.eye(240, format="csr")
+    B = rng.standard_normal((240, 5))
+    x = rng.standard_normal((24, 12))
+    C = client.persist(wb.spmm(wb.distribute(A, client=client), B, client=client))
+    (F,) = dask.persist(wb.fftn(da.from_array(x, chunks=(8, 12)), client=client))
+    assert C.stats["retries"] == F.stats["retries"] == 0
+    victim = worker_addresses(client)[-1]
+    assert all(victim in {w for ws in client.who_has(r).values() for w in ws} for r in (C, F))
+    _kill(client, victim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkerLostWarning)
+        np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(F.compute(), np.fft.fftn(x), rtol=1e-10, atol=1e-9)
+    assert C.stats["retries"] >= 1 and F.stats["retries"] >= 1
+
+
 def test_results_lost_after_the_call_are_made_again(client):
     # a kernel's result lives where its ranks ran, and a rank cannot rerun alone: results that lost a
     # part with one kill between the call and the read rerun the call that made them (one kill for all),

@@ -240,6 +240,23 @@ def _result_type() -> type:
         def persist(self, **kwargs: Any) -> Any:
             return _unless_lost(self, lambda: da.Array.persist(self, **kwargs))
 
+        def __dask_postpersist__(self) -> tuple:
+            # client.persist(x) and dask.persist(x) give the same result back as a plain dask array: keep
+            # the call that made it (and its stats), so that the copy too is made again if it loses a chunk
+            rebuild, args = da.Array.__dask_postpersist__(self)
+            made, stats = self.__dict__.get("_made_by"), self.__dict__.get("stats")
+
+            def again(dsk: Any, *a: Any, **kw: Any) -> Any:
+                out = rebuild(dsk, *a, **kw)
+                if made is not None and out.name == self.name and type(out) is da.Array:
+                    out.__class__ = KernelResult
+                    out.__dict__["_made_by"] = made
+                    if isinstance(stats, dict):
+                        out.stats = dict(stats)   # its own: a rerun of the copy counts its retries there
+                return out
+
+            return again, args
+
         def __array__(self, dtype: Any = None, copy: Any = None, **kwargs: Any) -> np.ndarray:
             from .. import backend
 
