@@ -44,6 +44,7 @@ import ctypes
 import logging
 import os
 import pickle
+import re
 import socket
 import struct
 import sys
@@ -634,6 +635,31 @@ async def take_parcel(worker: Any, key: str, parcel: _Parcel) -> dict:
 _CANNOT_READ_ME: set[str] = set()
 
 
+#: Prefix of the keys of blocks that workbench places on the workers itself: partitions (made again from their
+#: lineage when a worker goes) and a call's host inputs (the call reruns)
+PLACED = "workbench-"
+
+
+class _PlacedLossFilter:
+    """Logging filter on ``distributed.scheduler``: drops its "lose scattered data, which can't be
+    recovered" error when every key named is one workbench placed (:data:`PLACED`), which it places
+    again; the call that needs them says so in a ``WorkerLostWarning``."""
+
+    def filter(self, record: Any) -> bool:
+        msg = record.getMessage() if isinstance(record.msg, str) else ""
+        if "lose scattered data" not in msg:
+            return True
+        keys = re.findall(r"'([^']*)'", msg.split("recovered:", 1)[-1].split("(stimulus_id", 1)[0])
+        return not keys or not all(k.startswith(PLACED) for k in keys)
+
+
+def quiet_placed_losses() -> None:
+    """Install :class:`_PlacedLossFilter` in this (the scheduler's) process, once."""
+    log = logging.getLogger("distributed.scheduler")
+    if not any(isinstance(f, _PlacedLossFilter) for f in log.filters):
+        log.addFilter(_PlacedLossFilter())
+
+
 def scatter_by_pull(client: Any, objs: Sequence[Any], workers: Sequence[str],
                     keys: Sequence[Any] | None = None) -> list:
     """Futures of ``objs[i]`` held on ``workers[i]`` (keyed ``keys[i]``, default fresh keys), each worker
@@ -645,7 +671,7 @@ def scatter_by_pull(client: Any, objs: Sequence[Any], workers: Sequence[str],
 
     packed = [None if _READV is None or w in _CANNOT_READ_ME or not _host_only(o) else _Parcel.pack(o, "", "", 1)
               for o, w in zip(objs, workers, strict=True)]
-    keys = list(keys) if keys is not None else [f"{type(o).__name__}-{uuid.uuid4().hex}" for o in objs]
+    keys = list(keys) if keys is not None else [f"{PLACED}{type(o).__name__}-{uuid.uuid4().hex}" for o in objs]
 
     async def put(i: int) -> bool:
         try:

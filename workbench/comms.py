@@ -282,6 +282,7 @@ class _LostPins:
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        _samehost.quiet_placed_losses()
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "no-worker" and self.scheduler is not None:

@@ -38,13 +38,17 @@ def _scatter_by_socket(client: Any, obj: Any, worker: str) -> Any:
     timeout, either waiting for it to be listed or retrying "connection refused".  A worker that is gone
     then is a ``WorkerLostError`` the callers retry."""
     import asyncio
+    import uuid
+
+    from .. import _samehost
 
     nbytes = sum(int(getattr(getattr(obj, a, None), "nbytes", 0)) for a in ("data", "indices", "indptr")) \
         if hasattr(obj, "indptr") else int(getattr(obj, "nbytes", 0))
-    scatter = client._scatter([obj], workers=[worker], direct=True, hash=False, broadcast=False,
+    key = f"{_samehost.PLACED}{type(obj).__name__}-{uuid.uuid4().hex}"   # placed by workbench: see PLACED
+    scatter = client._scatter({key: obj}, workers=[worker], direct=True, hash=False, broadcast=False,
                               timeout=_SCATTER_WAIT)
     try:
-        [fut] = client.sync(asyncio.wait_for, scatter, 2 * _SCATTER_WAIT + nbytes / _SCATTER_MIN_BPS)
+        fut = client.sync(asyncio.wait_for, scatter, 2 * _SCATTER_WAIT + nbytes / _SCATTER_MIN_BPS)[key]
     except OSError as e:   # TimeoutError too: "No valid workers found", or no connection within the bound
         if worker in worker_addresses(client):
             raise
