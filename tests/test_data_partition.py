@@ -168,6 +168,20 @@ def test_column_blocks_are_copied_row_by_row_without_a_client_copy(clients, monk
     assert partition.as_block(X[::2, ::2]).flags.c_contiguous       # not rows of unit stride: copied
 
 
+def test_blocks_copied_on_the_client_reuse_warm_buffers():
+    # a Fortran-ordered row block (B.T of a C array, np.asfortranarray) has no contiguous rows: the client
+    # copies it, into the host pool, so the next call's copy lands in the same (already faulted-in) pages
+    BF = np.asfortranarray(np.random.default_rng(6).standard_normal((70_000, 64)))   # 34 MiB
+    first = partition.as_block(BF[:60_000])
+    assert first.flags.c_contiguous
+    np.testing.assert_array_equal(first, BF[:60_000])
+    where = first.ctypes.data
+    del first                                                        # scattered: the buffer goes back
+    again = partition.as_block(BF[:60_000])
+    assert again.ctypes.data == where
+    np.testing.assert_array_equal(again, BF[:60_000])
+
+
 def test_chunk_sources_pass_a_persisted_arrays_futures_and_compute_the_rest(clients):
     import dask
     import dask.array as da
