@@ -350,9 +350,12 @@ def test_check_symmetric_reads_pairs_as_the_kernels_do(clients, n_workers):
     zero_one_way = sp.csr_matrix(([1.0, 1.0, 0.0], [1, 0, 2], [0, 1, 3, 3]), shape=(3, 3))
     wrapping = sp.csr_matrix((np.array([-128, 1, 1], np.int8), ([0, 1, 2], [1, 2, 1])), shape=(4, 4))
     twice_one_way = sp.csr_matrix(([1.0, 1.0, 1.0], [1, 1, 0], [0, 2, 2, 3]), shape=(3, 3))
+    assert pattern_symmetric(sp.csr_matrix(np.ones((2, 3)))) is False
     for A, want in ((path, True), (unsorted, True), (weighted, True), (zero_one_way, True), (wrapping, False),
                     (twice_one_way, False)):
         assert pattern_symmetric(A) is want
+        assert pattern_symmetric(A.tocsc()) is want and pattern_symmetric(A.tocoo()) is want   # A.T's arrays
+        assert pattern_symmetric(sp.csc_array(A)) is want
         assert check_symmetric(distribute(A, client=client), client) is want
         if n_workers > 1:
             assert check_symmetric(distribute(A, client=client, partition="2d"), client) is want

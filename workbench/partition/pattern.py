@@ -98,8 +98,14 @@ def pattern_symmetric(A: Any) -> bool:
     """
     import scipy.sparse as sp
 
-    pattern = edge_pattern(sp.csr_matrix(A)).astype(bool)
-    return not (pattern != pattern.T).nnz
+    if A.shape[0] != A.shape[1]:
+        return False
+    # a CSC matrix's transpose is CSR on the same arrays (symmetric alike); the pair hashes that
+    # check_symmetric sums on the workers, in one pass (comparing A with A.T built the transpose:
+    # 0.4 s of every call that passed a SCALE 20 graph, 33M entries)
+    B = A.T if getattr(A, "format", None) == "csc" else sp.csr_matrix(A)
+    fwd, bwd, _ = pattern_hashes(B, 0, 0)
+    return fwd == bwd
 
 
 def check_symmetric(G: Any, client: Any = None) -> bool:
