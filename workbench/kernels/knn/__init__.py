@@ -28,7 +28,10 @@ GPU-Accelerated Systems" (LLNL, 2026) on Dask workers talking through
   bisector is farther than the query's current k-th distance is skipped (at
   most ``n_probe`` cells, nearest bisector first).  Pairs are grouped by cell
   into GEMM blocks (rows that need the cell x the cell's points) and scanned
-  in float32; kept candidates get exact float64 distances.  ``local_join``
+  in float32, both sides taken about the cell's centroid (and the cells and
+  their bounds about each point's nearest centroid), so the keys' error scales
+  with the distances inside a cell, not with the points' distance from the
+  global mean; kept candidates get exact float64 distances.  ``local_join``
   NN-descent joins (neighbours of neighbours) mend only the lists the
   ``n_probe`` cap may have cut short.  Then a binary merge tree: at level
   ``l`` each rank pulls from its partner group only the points in the cells
