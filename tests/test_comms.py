@@ -44,6 +44,21 @@ def client4(clients):
     return clients(4)
 
 
+def test_message_streams_send_without_dask_batching_delay(client4):
+    # dask holds a stream's messages until 2-10 ms after its last send; a kernel call is a few messages in a
+    # row, so every stream of a workbench cluster sends within STREAM_INTERVAL (no timing asserted here)
+    from workbench.cluster import STREAM_INTERVAL
+
+    comms.ensure_registered(client4)
+    assert client4.scheduler_comm.interval <= STREAM_INTERVAL
+    on_scheduler = client4.run_on_scheduler(
+        lambda dask_scheduler: [s.interval for s in [*dask_scheduler.stream_comms.values(),
+                                                     *dask_scheduler.client_comms.values()]])
+    assert len(on_scheduler) >= 5 and max(on_scheduler) <= STREAM_INTERVAL
+    on_workers = client4.run(lambda dask_worker: dask_worker.batched_stream.interval)
+    assert len(on_workers) == 4 and max(on_workers.values()) <= STREAM_INTERVAL
+
+
 @pytest.mark.parametrize("n_ranks", [1, 2, 3, 4])
 def test_collectives_match_numpy(client4, n_ranks):
     addrs = worker_addresses(client4)[:n_ranks]

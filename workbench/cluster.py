@@ -615,3 +615,28 @@ def backend_of(client: Any) -> str:
         return "cpu"  # no workers yet: ask again next time
     client._workbench_backend = kind = kinds.pop()
     return kind
+
+
+# --------------------------------------------------------------------------
+# Message latency.  Dask batches the messages of each stream: one waits until the stream's interval (client to
+# scheduler 10 ms, scheduler to worker 5 ms, worker to scheduler and scheduler to client 2 ms) has passed since
+# the stream's last send.  A kernel call is a handful of messages, each often right after another (a result
+# released, then the next call's tasks submitted), so the intervals made most of a small call's time: 25 ms
+# against 10 ms for a 16 x 1024 tridiagonal batch, 10.5 ms against 5.2 ms for a BFS at SCALE 14.
+# --------------------------------------------------------------------------
+
+#: seconds between two sends of one stream (comms.ensure_registered applies it to every stream of the cluster)
+STREAM_INTERVAL = 0.0005
+
+
+def quicken(stream: Any) -> None:
+    """Send a Dask batched stream's messages at most :data:`STREAM_INTERVAL` after its last send."""
+    if stream is not None and getattr(stream, "interval", 0) > STREAM_INTERVAL:
+        stream.interval = STREAM_INTERVAL
+
+
+def quicken_scheduler(dask_scheduler: Any) -> None:
+    """On the scheduler: :func:`quicken` its streams to every worker and client."""
+    for stream in [*dask_scheduler.stream_comms.values(), *dask_scheduler.client_comms.values()]:
+        quicken(stream)
+

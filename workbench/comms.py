@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import operator
 import os
 import pickle
@@ -77,6 +78,7 @@ from ._samehost import (  # noqa: F401
     _Parcel,
     _read_remote,
 )
+from .cluster import quicken, quicken_scheduler
 
 __all__ = [
     "Comm",
@@ -260,6 +262,7 @@ class _CommsPlugin:
 
     def setup(self, worker: Any) -> None:
         _install_handlers(worker)
+        quicken(getattr(worker, "batched_stream", None))
 
     def teardown(self, worker: Any) -> None:
         pass
@@ -283,6 +286,10 @@ class _LostPins:
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         _samehost.quiet_placed_losses()
+        quicken_scheduler(scheduler)
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        quicken(scheduler.stream_comms.get(worker))
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "no-worker" and self.scheduler is not None:
@@ -326,6 +333,9 @@ def ensure_registered(client: Any) -> None:
     client._workbench_infos = infos
     client._workbench_groups = set()  # worker-address tuples that have completed a group
     client.subscribe_topic(_INFO_TOPIC, on_info)
+    quicken(client.scheduler_comm)   # and the scheduler's stream to this client (the plugin saw the others)
+    with contextlib.suppress(Exception):   # a scheduler that refuses run_on_scheduler keeps dask's intervals
+        client.run_on_scheduler(quicken_scheduler)
     client._workbench_comms = True
 
 
