@@ -437,11 +437,14 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
 
 
 def scheduler_roundtrip(client: Any = None, *, repeat: int = 50) -> dict:
-    """Seconds for one tiny task submitted, run and gathered through the scheduler."""
+    """Seconds for one tiny task submitted, run and gathered through the scheduler (its message streams set
+    up as for the kernels: :func:`workbench.comms.ensure_registered`)."""
+    from . import comms
     from .cluster import default_client
 
     _check_positive(repeat=repeat)
     client = default_client(client)
+    comms.ensure_registered(client)
     client.submit(int, 0, pure=False).result()
     times = []
     for i in range(repeat):
