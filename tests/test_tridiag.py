@@ -916,6 +916,25 @@ def test_layouts_on_the_two_pass_path_and_several_rhs(clients):
         wb.tridiag_solve(dl.T, d.T, du, b.transpose(1, 0, 2), axis=0, client=client)
 
 
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_one_right_hand_side_with_its_own_axis(clients, n_workers):
+    # b shaped (batch, n, 1) is several right-hand sides, one of them: the gtsv fused pass (2-D b blocks) is not
+    # for it, and numba failed to type the 3-D block there (the fused dominant case)
+    import dask.array as da
+
+    client = clients(n_workers)
+    V, n = 16, 515
+    dl, d, du, b = _system("dominant", n, V, None, seed=12)
+    want = np.asarray(wb.tridiag_solve(dl, d, du, b, client=client))
+    b3 = b[:, :, None]
+    for rows in (V, 8):
+        args = [da.from_array(dl, chunks=(rows, -1)), da.from_array(d, chunks=(rows, -1)),
+                da.from_array(du, chunks=(rows, -1)), da.from_array(b3, chunks=(rows, -1, 1))]
+        for got in (wb.tridiag_solve(dl, d, du, b3, client=client), wb.tridiag_solve(*args, client=client)):
+            assert got.shape == (V, n, 1)
+            _close(np.asarray(got)[:, :, 0], want)
+
+
 def test_compact_derivative_axis(clients):
     import dask.array as da
 

@@ -71,7 +71,7 @@ def _tridiag_rank(comm: Any, arg: tuple, cfg: dict) -> tuple:
             cfg["V"] = int(raw[-1][0][1].shape[1 - cfg["nax"]])
         groups = _gtsv_groups(raw, cfg, fused) if (cfg["mode"] == "solve" and cfg["local"] == "numba"
                                                    and cfg["batched"] and cfg["nax"] == 1 and cfg["R"] == 1
-                                                   and fused is not None) else None
+                                                   and cfg["b_ndim"] == 2 and fused is not None) else None
         if groups is not None:
             # the gtsv layout's own fused pass on the blocks as they lie: panels of systems transposed in
             # cache, x written in the caller's layout
