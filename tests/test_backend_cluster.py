@@ -249,28 +249,6 @@ def test_empty_pools_large_host_buffers():
     _HOST_POOL.clear()
 
 
-def _pool_limit() -> tuple[int, int]:
-    from distributed import get_worker
-
-    from workbench.backend import _HOST_POOL
-
-    return _HOST_POOL.limit, get_worker().memory_manager.memory_limit
-
-
-def test_host_pool_holds_a_quarter_of_a_large_worker(clients, monkeypatch):
-    # 2 GiB on the client and on small workers; a quarter of a worker's memory limit where that is more
-    from workbench.backend import _HOST_POOL
-
-    monkeypatch.delenv("WORKBENCH_HOST_POOL_MB", raising=False)
-    assert _HOST_POOL.limit == 2048 << 20
-    client = clients(1)
-    limit, mem = client.submit(_pool_limit, pure=False).result()
-    assert mem == 4 << 30 and limit == 2048 << 20                 # the shared test clusters' 4 GiB workers
-    with wb.cluster("cpu", n_workers=1, quiet=True, memory_limit="16GiB") as big:
-        limit, mem = big.submit(_pool_limit, pure=False).result()
-    assert mem == 16 << 30 and limit == 4 << 30
-
-
 def _axpy_on_worker(n: int) -> tuple:
     import _cuda_axpy
     import numba

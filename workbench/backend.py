@@ -172,9 +172,7 @@ class _HostPool:
 
     @property
     def limit(self) -> int:
-        if "WORKBENCH_HOST_POOL_MB" in os.environ:
-            return int(float(os.environ["WORKBENCH_HOST_POOL_MB"]) * (1 << 20))
-        return _default_pool_limit()
+        return int(float(os.environ.get("WORKBENCH_HOST_POOL_MB", 2048)) * (1 << 20))
 
     def empty(self, shape: Any, dtype: Any) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -218,25 +216,6 @@ class _HostPool:
 
 
 _HOST_POOL = _HostPool()
-
-
-_WORKER_POOL_LIMIT: list[int] = []
-
-
-def _default_pool_limit() -> int:
-    """2 GiB, or a quarter of this worker's memory limit where that is more: a 512^3 complex FFT from
-    chunks that are not its slabs cycles through ~2.3 GiB of buffers a worker, and with 2 GiB pooled it
-    faulted in fresh pages on every call (2.4x the time).  Known once a task of the worker asks."""
-    floor = 2048 << 20
-    if not _WORKER_POOL_LIMIT:
-        try:
-            from distributed import get_worker
-
-            mem = get_worker().memory_manager.memory_limit
-        except (ImportError, ValueError, AttributeError):   # the client, or a worker's own thread: no task
-            return floor
-        _WORKER_POOL_LIMIT.append(max(floor, int(mem or 0) // 4))
-    return _WORKER_POOL_LIMIT[0]
 
 
 def synchronize(*arrays: Any) -> None:
