@@ -318,6 +318,7 @@ def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warm
     taken = sorted(_ROW_FIELDS.intersection(labels))
     if taken:
         raise ValueError(f"labels {taken} are compare's own row fields; name them otherwise")
+
     def entry(r: Any) -> bool:
         return isinstance(r, tuple | list) and len(r) in (2, 3) and isinstance(r[0], str) and callable(r[1])
 

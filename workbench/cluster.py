@@ -639,4 +639,3 @@ def quicken_scheduler(dask_scheduler: Any) -> None:
     """On the scheduler: :func:`quicken` its streams to every worker and client."""
     for stream in [*dask_scheduler.stream_comms.values(), *dask_scheduler.client_comms.values()]:
         quicken(stream)
-

@@ -394,11 +394,11 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     ind = xp.full((nl, k), -1, dtype=xp.int64)
     d2 = xp.full((nl, k), np.inf, dtype=xp.float64)
     lorder = xp.argsort(labels, kind="stable").astype(xp.int64)
-    own = _by_cell(X, Xc, xn, gids, labels, lorder, C)
+    own = _by_cell(X, gids, labels, lorder, C)
     qpos = xp.empty(nl, dtype=xp.int64)
     qpos[lorder] = xp.arange(nl, dtype=xp.int64)   # a point's row among the cell-ordered ones: self-pairs skip
     centres = mean + xp.asarray(cent.astype(np.float64)).astype(mean.dtype)   # in X's coordinates
-    q = (X, Xc, xn, qpos, probes, bounds, centres)
+    q = (X, qpos, probes, bounds, centres)
     _cell_pass(q, 0, 1, own, ind, d2, counters)
     _cell_pass(q, 1, probes.shape[1], own, ind, d2, counters)
     # only points whose list the n_probe cap may have cut short (an unprobed
@@ -413,10 +413,10 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     t2 = time.perf_counter()
     G = max(1, min(int(opts["groups"]), P))
     level = 0
-    q = (X, Xc, xn, -1 - xp.arange(nl, dtype=xp.int64), probes, bounds, centres)   # no self-pairs across ranks
+    q = (X, -1 - xp.arange(nl, dtype=xp.int64), probes, bounds, centres)   # no self-pairs across ranks
     while ((P + (1 << level) - 1) >> level) > G:
         partner = [t for t in range(P) if (t >> level) == ((r >> level) ^ 1)]
-        _query_groups(comm, partner, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
+        _query_groups(comm, partner, q, gids, offsets, labels, ind, d2, C, opts, counters)
         level += 1
     t_merge = time.perf_counter() - t2
 
@@ -424,7 +424,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     t3 = time.perf_counter()
     others = [t for t in range(P) if (t >> level) != (r >> level)]
     if comm.allreduce(len(others), op="max"):
-        _query_groups(comm, others, q, mean, gids, offsets, labels, ind, d2, C, opts, counters)
+        _query_groups(comm, others, q, gids, offsets, labels, ind, d2, C, opts, counters)
     t_refine = time.perf_counter() - t3
 
     # a point the probed cells and joins left with fewer than k neighbours (few points a cell: a small n, or
@@ -735,11 +735,11 @@ def _scores_about_cells(Xc: Any, cent: np.ndarray, tile: int = 8192) -> Any:
             yield rows, xp.ascontiguousarray(dn[None, :] - 2.0 * ((Xc[rows] - cg[a]) @ dg.T))
 
 
-def _by_cell(Y: Any, Yc: Any, yn: Any, ygids: Any, ylab: Any, order: Any, C: int) -> tuple:
-    """Points ordered by cell, with each cell's start: (Yo, Yc, yn, gids, starts)."""
+def _by_cell(Y: Any, ygids: Any, ylab: Any, order: Any, C: int) -> tuple:
+    """Points ordered by cell, with each cell's start: (Yo, gids, starts)."""
     xp = namespace(Y)
     starts = xp.searchsorted(ylab[order], xp.arange(C + 1)).astype(xp.int64)
-    return (xp.ascontiguousarray(Y[order]), xp.ascontiguousarray(Yc[order]), yn[order], ygids[order], starts)
+    return xp.ascontiguousarray(Y[order]), ygids[order], starts
 
 
 def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict) -> tuple:
@@ -750,15 +750,15 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
     cell's points) each, scanned into per-point candidate lists that start at
     the current k-th distance, so only improving candidates are kept; their
     exact float64 distances are then merged into ``ind``/``d2`` in place.
-    ``q`` = (X, Xc, xn, qpos, probes, bounds, centres): qpos is each point's row in
+    ``q`` = (X, qpos, probes, bounds, centres): qpos is each point's row in
     ``Y`` when Y holds our own points (self is skipped), negative otherwise;
     ``centres`` the cells' centroids in ``X``'s coordinates.  Each GEMM runs
     about its cell's centroid (float32 differences from ``X`` and ``Y`` in
     float64): its keys' error then scales with the distances inside the cell,
     not with the points' distance from the global mean.
     Returns the merged (row, Y row, d^2) triples."""
-    X, _, _, qpos, probes, bounds, centres = q
-    Yo, Yc, yn, ygids, ys = Y
+    X, qpos, probes, bounds, centres = q
+    Yo, ygids, ys = Y
     xp = namespace(ind)
     nl, k = ind.shape
     nothing = (xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.int64), xp.zeros(0, dtype=xp.float64))
@@ -827,13 +827,13 @@ def _merge_sorted(ind: Any, d2: Any, rows: Any, cand: Any, dist: Any) -> None:
     _kernel("_merge_candidates", rows.shape[0], ind, d2, rows, cand, dist)
 
 
-def _query_groups(comm: Any, targets: list[int], q: tuple, mean: Any, gids: Any, offsets: np.ndarray,
+def _query_groups(comm: Any, targets: list[int], q: tuple, gids: Any, offsets: np.ndarray,
                   labels: Any, ind: Any, d2: Any, C: int, opts: dict, counters: dict) -> None:
     """Pull, from the ranks in ``targets``, their points in the cells ours may
     reach (bound below the current k-th distance), brute-force ours against
     them cell by cell, merge, and send the found pairs back as reverse candidates."""
     P, r = comm.size, comm.rank
-    X, _, _, _, probes, bounds, _ = q
+    X, _, probes, bounds, _ = q
     xp = namespace(ind)
     k = ind.shape[1]
     reach = bounds < xp.sqrt(d2[:, k - 1]).astype(xp.float32)[:, None]
@@ -844,12 +844,11 @@ def _query_groups(comm: Any, targets: list[int], q: tuple, mean: Any, gids: Any,
     Y = xp.concatenate([X[:0]] + [xp.asarray(got[t][0]) for t in targets], axis=0)
     ygids = xp.concatenate([gids[:0]] + [xp.asarray(got[t][1]) for t in targets])
     ylab = xp.concatenate([labels[:0]] + [xp.asarray(got[t][2]) for t in targets])
-    Yc, yn = _centred(Y, mean, np.float32)
-    Yb = _by_cell(Y, Yc, yn, ygids, ylab, xp.argsort(ylab, kind="stable"), C)
+    Yb = _by_cell(Y, ygids, ylab, xp.argsort(ylab, kind="stable"), C)
     qr, yr, dd = _cell_pass(q, 0, probes.shape[1], Yb, ind, d2, counters)
     if opts.get("reverse", True):
         # the pairs found, seen from the other side: candidates for the peers' lists
-        yg = Yb[3][yr]
+        yg = Yb[1][yr]
         owner = xp.searchsorted(xp.asarray(offsets), yg, side="right") - 1
         qg = gids[qr]
         parts = [(yg[owner == t], qg[owner == t], dd[owner == t]) for t in range(P)]

@@ -827,6 +827,37 @@ def _rank_workers(client: Any, want: list[list], addrs: list[str]) -> list[str]:
     return out
 
 
+def _batch_pieces(a: Any, sh: int, boffs: np.ndarray, bax: int, lax: int) -> list[list[tuple]]:
+    """Per rank of a batch split (systems ``boffs[r]:boffs[r + 1]``), its pieces of the input ``a`` (dask, its
+    line shifted by ``sh``), chunk row by chunk row: ``(line offset, source, rows, mine, size)``.  The rank
+    taking most of a chunk's systems reads it in place (``rows``: the systems it reads, None for all); the
+    others get theirs cut beside it (``mine`` False: computed where the chunk is, only those rows travel); a
+    host chunk (``dask.array.from_array``) is cut here.  ``size``: the elements read, for placement."""
+    import dask
+
+    P = len(boffs) - 1
+    grid = np.moveaxis(chunk_sources(a), (bax, lax), (0, 1)).reshape(len(a.chunks[bax]), -1)
+    rows = np.concatenate([[0], np.cumsum(a.chunks[bax])]).astype(np.int64)
+    edges = np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64)
+    out: list[list[tuple]] = [[] for _ in range(P)]
+    for c in range(grid.shape[0]):
+        r0, r1 = int(rows[c]), int(rows[c + 1])
+        share = [(max(int(boffs[r]), r0) - r0, min(int(boffs[r + 1]), r1) - r0) for r in range(P)]
+        owner = max(range(P), key=lambda r: (share[r][1] - share[r][0], -r))
+        for r, (v0, v1) in enumerate(share):
+            if v1 <= v0:
+                continue
+            whole = (v0, v1) == (0, r1 - r0)
+            for j in range(grid.shape[1]):
+                src, cut, mine = grid[c, j], None if whole else (v0, v1), True
+                if (data := _literal(src)) is not None:
+                    src, cut = (data if whole else _cols(data, bax, v0, v1)), None
+                elif not whole and r != owner:
+                    src, cut, mine = dask.delayed(_cols, pure=True)(src, bax, v0, v1), None, False
+                out[r].append((int(edges[j]) - sh, src, cut, mine, (v1 - v0) * int(edges[j + 1] - edges[j])))
+    return out
+
+
 def _place_dask(spec: _Spec, client: Any) -> tuple:
     import dask
 
@@ -852,32 +883,8 @@ def _place_dask(spec: _Spec, client: Any) -> tuple:
         # rechunking them alike copied dl and du, and moved rows between the workers, on every call
         arrays = [(a.rechunk({i: _nonempty(a.chunks[i]) if i in (bax, lax) else -1 for i in range(a.ndim)}), sh)
                   for a, sh in arrays]
-        plans = [[[] for _ in arrays] for _ in range(P)]   # per rank and input: (line offset, source, rows, mine, size)
-        for k, (a, sh) in enumerate(arrays):
-            grid = np.moveaxis(chunk_sources(a), (bax, lax), (0, 1)).reshape(len(a.chunks[bax]), -1)
-            rows = np.concatenate([[0], np.cumsum(a.chunks[bax])]).astype(np.int64)
-            edges = np.concatenate([[0], np.cumsum(a.chunks[lax])]).astype(np.int64)
-            for c in range(grid.shape[0]):
-                share = [(max(int(boffs[r]), int(rows[c])), min(int(boffs[r + 1]), int(rows[c + 1])))
-                         for r in range(P)]
-                # the rank taking most of a chunk's systems reads it in place; the others get their rows cut
-                # beside it (only they travel); a host chunk (dask.array.from_array) is cut here
-                owner = max(range(P), key=lambda r, share=share: (share[r][1] - share[r][0], -r))
-                for r, (v0, v1) in enumerate(share):
-                    if v1 <= v0:
-                        continue
-                    v0, v1 = v0 - int(rows[c]), v1 - int(rows[c])
-                    whole = (v0, v1) == (0, int(rows[c + 1] - rows[c]))
-                    for j in range(grid.shape[1]):
-                        src = grid[c, j]
-                        if (data := _literal(src)) is not None:
-                            src, cut, mine = (data if whole else _cols(data, bax, v0, v1)), None, True
-                        elif whole or r == owner:
-                            cut, mine = (None if whole else (v0, v1)), True
-                        else:
-                            src, cut, mine = dask.delayed(_cols, pure=True)(src, bax, v0, v1), None, False
-                        size = (v1 - v0) * int(edges[j + 1] - edges[j])
-                        plans[r][k].append((int(edges[j]) - sh, src, cut, mine, size))
+        per_input = [_batch_pieces(a, sh, boffs, bax, lax) for a, sh in arrays]
+        plans = [[pieces[r] for pieces in per_input] for r in range(P)]   # per rank and input
         want = [[(src.key, size) for pieces in plan for _, src, _, mine, size in pieces
                  if mine and hasattr(src, "key")] for plan in plans]
         ws = _rank_workers(client, want, addrs)
