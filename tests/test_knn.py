@@ -253,6 +253,47 @@ def test_exact_pruning_matches_full_scan(clients, n_workers):
     _check_exact(a, X, 7)
 
 
+def _scan_rows_reference(G, qn, yn, rows, qpos, y0, keys, ids):
+    # every column in order, as the device twin scans: a key below the row's worst enters, ties by id
+    k = keys.shape[1]
+    for i, r in enumerate(rows):
+        for j in range(G.shape[1]):
+            key = np.float64(np.float32(qn[r] + yn[j])) - 2.0 * np.float64(G[i, j])
+            if key < keys[r, k - 1] and y0 + j != qpos[r]:
+                p = k - 1
+                while p > 0 and (keys[r, p - 1] > key or (keys[r, p - 1] == key and ids[r, p - 1] > y0 + j)):
+                    keys[r, p], ids[r, p] = keys[r, p - 1], ids[r, p - 1]
+                    p -= 1
+                keys[r, p], ids[r, p] = key, y0 + j
+
+
+@pytest.mark.parametrize("nc, k", [(64, 10), (65, 1), (150, 10), (200, 63), (200, 64), (300, 5)])
+def test_row_scan_keeps_the_lists_of_a_full_scan(nc, k):
+    # the CPU scan skips keys that its lane bound rules out (rows whose list is empty) and visits only the
+    # set bits of each chunk's mask: the lists must come out as a scan of every column in order leaves them,
+    # with duplicate points (ties), self pairs and rows that start with a threshold
+    from workbench.kernels.knn import cpu
+
+    rng = np.random.default_rng([nc, k])
+    X = rng.standard_normal((nc + 20, 6)).astype(np.float32)
+    X[7:12] = X[3]
+    X[40:48:2] = X[41]
+    xn = (X * X).sum(axis=1)
+    rows = np.sort(rng.choice(nc + 20, 37, replace=False)).astype(np.int64)
+    rows[:3] = [3, 7, 41]
+    G = X[rows] @ X[20:].T
+    qpos = np.arange(nc + 20, dtype=np.int64)
+    keys = np.full((nc + 20, k), np.inf, np.float32)
+    keys[rows[::5]] = np.float32(8.0)
+    ka, ia = keys.copy(), np.full(keys.shape, -1, np.int64)
+    kb, ib = ka.copy(), ia.copy()
+    cpu._scan_rows(G, xn, xn[20:], rows, qpos, 20, ka, ia)
+    _scan_rows_reference(G, xn, xn[20:], rows, qpos, 20, kb, ib)
+    np.testing.assert_array_equal(ia, ib)
+    np.testing.assert_array_equal(ka, kb)
+    assert (ia[rows, 0] >= 0).all() and not (ia == qpos[:, None]).any()
+
+
 # --------------------------------------------------------------------------
 # Device path: the numba.cuda twins under numba's CUDA simulator
 # --------------------------------------------------------------------------

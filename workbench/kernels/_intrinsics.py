@@ -31,3 +31,17 @@ def _prefetch(typingctx, arr, i, j):  # pragma: no cover - compiled
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def _cttz(typingctx, x):  # pragma: no cover - compiled
+    """``llvm.cttz`` of a nonzero unsigned 64-bit ``x``: the index of its lowest set bit (int64)."""
+    sig = types.int64(x)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]),
+                                            "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.IntType(1)(1)])
+
+    return sig, codegen

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._intrinsics import _cttz
+
 
 @numba.njit(cache=True, nogil=True)
 def _insert(keys, ids, d2s, i, key, gid, dd) -> None:
@@ -129,39 +131,67 @@ def _top_bounds(D, inv, probes, bounds):
             _sift_in(bounds, probes, i, size - 1, 1, b, c)
 
 
+#: Columns per lane of _scan_rows's bound, and per chunk of its scan (one bit each in a uint64 mask).
+_LANES = 64
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"contract", "reassoc"})    # not "ninf": thresholds start at inf
 def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
     # GEMM tile of rows ``rows`` against Y rows y0, y0+1, ...: keys below the
     # row's current worst enter its sorted list.  Approximate mode ranks by
-    # float32 keys (exact distances come after).  Each chunk is first tested
-    # branch-free (vectorised); a chunk with hits collects them branch-free
-    # too (early in a row most chunks hit: branches would mispredict)
+    # float32 keys (exact distances come after).  Each chunk of 64 columns is
+    # first tested branch-free (vectorised) into a bit mask; only its set bits
+    # are visited.  A row whose list is still empty (its own cell, the first
+    # pass) would let almost every chunk through, so it first takes a bound
+    # from the lanes' minima (see below) as its threshold
     nq, nc = G.shape
     k = keys.shape[1]
-    CH = 32
-    buf = np.empty(CH, dtype=np.int64)
+    L = _LANES
+    lane = np.empty(L, dtype=np.float64)
+    top = np.empty(k + 1, dtype=np.float64)
     for i in range(nq):
         r = rows[i]
         thr = keys[r, k - 1]
         qni = qn[r]
         Gi = G[i]
-        for j0 in range(0, nc, CH):
-            j1 = min(nc, j0 + CH)
-            hits = 0
-            for j in range(j0, j1):
-                hits += qni + yn[j] - 2.0 * Gi[j] < thr
-            if hits == 0:
-                continue
-            cnt = 0
-            for j in range(j0, j1):
-                buf[cnt] = j
-                cnt += qni + yn[j] - 2.0 * Gi[j] < thr
-            for u in range(cnt):
-                j = buf[u]
-                key = qni + yn[j] - 2.0 * Gi[j]
-                if key < thr and y0 + j != qpos[r]:
-                    _sift_in(keys, ids, r, k - 1, 0, key, y0 + j)
-                    thr = keys[r, k - 1]
+        if thr == np.inf and nc >= L and L > k:
+            # lane l's minimum over columns l, l + 64, ... (vectorised): k + 1 lanes hold a key at or below
+            # the (k+1)-th smallest minimum, at most one of them the self pair, so the list ends at or below
+            # it, and a key whose float32 rounding lies above that bound's never ends in the list (nor
+            # moves one that does): skipping those keys leaves the list as the full scan leaves it
+            lane[:] = np.inf
+            for b in range(nc // L):
+                gs = Gi[b * L:(b + 1) * L]
+                ys = yn[b * L:(b + 1) * L]
+                for u in range(L):
+                    x = qni + ys[u] - 2.0 * gs[u]
+                    lane[u] = x if x < lane[u] else lane[u]
+            size = 0
+            for u in range(L):
+                if size == k + 1 and lane[u] >= top[k]:
+                    continue
+                if size < k + 1:
+                    size += 1
+                p = size - 1
+                while p > 0 and top[p - 1] > lane[u]:
+                    top[p] = top[p - 1]
+                    p -= 1
+                top[p] = lane[u]
+            thr = min(thr, np.nextafter(np.float32(top[k]), np.float32(np.inf)))
+        for j0 in range(0, nc, L):
+            n = min(L, nc - j0)
+            gs = Gi[j0:j0 + n]
+            ys = yn[j0:j0 + n]
+            mask = np.uint64(0)
+            for u in range(n):
+                mask |= np.uint64(qni + ys[u] - 2.0 * gs[u] < thr) << np.uint64(u)
+            while mask:
+                u = _cttz(mask)
+                mask &= mask - np.uint64(1)
+                key = qni + ys[u] - 2.0 * gs[u]
+                if key < thr and y0 + j0 + u != qpos[r]:
+                    _sift_in(keys, ids, r, k - 1, 0, key, y0 + j0 + u)
+                    thr = min(thr, keys[r, k - 1])
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
