@@ -294,6 +294,39 @@ def test_row_scan_keeps_the_lists_of_a_full_scan(nc, k):
     assert (ia[rows, 0] >= 0).all() and not (ia == qpos[:, None]).any()
 
 
+def _top_bounds_reference(D, inv, probes, bounds):
+    # the own cell (first minimum), then every other cell in order into a list kept by (bound, cell)
+    for i in range(D.shape[0]):
+        a = int(np.argmin(D[i]))
+        cells = sorted((np.float32((D[i, c] - D[i, a]) * inv[a, c]), c) for c in range(D.shape[1]) if c != a)
+        top = [(np.float32(0.0), a)] + cells[:probes.shape[1] - 1]
+        bounds[i], probes[i] = [t[0] for t in top], [t[1] for t in top]
+
+
+@pytest.mark.parametrize("C, p", [(158, 16), (9, 4), (32, 16), (40, 33), (70, 34), (100, 1), (64, 64), (300, 8)])
+def test_probe_bounds_keep_the_nearest_bisectors(C, p):
+    # the CPU kernel keeps only the cells at or below a bound from lane minima and places them by counting
+    # (by insertion when many tie there): the lists must be those of sorting every cell by (bound, cell),
+    # with tied scores, tied bounds and duplicate centroids (a zero inverse distance: bound 0)
+    from workbench.kernels.knn import cpu
+
+    rng = np.random.default_rng([C, p])
+    D = rng.standard_normal((300, C)).astype(np.float32)
+    D[::3] = np.round(D[::3], 1)
+    D[::7, C // 2] = D[::7].min(axis=1)                      # two columns hold the minimum
+    inv = rng.random((C, C)).astype(np.float32)
+    inv = (inv + inv.T) / 2
+    np.fill_diagonal(inv, 0)
+    inv[:, 1::5] = 0                                         # duplicate centroids: many bounds of 0
+    inv[1::5, :] = 0
+    pa, ba = np.zeros((300, p), np.int64), np.zeros((300, p), np.float32)
+    pb, bb = pa.copy(), ba.copy()
+    cpu._top_bounds(D, inv, pa, ba)
+    _top_bounds_reference(D, inv, pb, bb)
+    np.testing.assert_array_equal(pa, pb)
+    np.testing.assert_array_equal(ba, bb)
+
+
 # --------------------------------------------------------------------------
 # Device path: the numba.cuda twins under numba's CUDA simulator
 # --------------------------------------------------------------------------

@@ -107,28 +107,89 @@ def _sift_in(vals, ids, r, pos, lo, key, ident):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _lane_minima(v, lane) -> None:
+    # lane u's minimum over v[u], v[u + L], ... (elementwise across the lanes: vectorised)
+    n, L = v.shape[0], lane.shape[0]
+    lane[:] = np.inf
+    for s in range(0, n - L + 1, L):
+        vs = v[s:s + L]
+        for u in range(L):
+            lane[u] = vs[u] if vs[u] < lane[u] else lane[u]
+    t0 = n - n % L
+    for u in range(t0, n):
+        lane[u - t0] = v[u] if v[u] < lane[u - t0] else lane[u - t0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _smallest(lane, q):
+    # the q-th smallest value of lane, ties counted: the largest with fewer than q values below it (branch-free)
+    t = lane.dtype.type(-np.inf)
+    for u in range(lane.shape[0]):
+        x = lane[u]
+        below = np.int32(0)
+        for v in range(lane.shape[0]):
+            below += np.int32(lane[v] < x)
+        t = x if (below < q) & (x > t) else t
+    return t
+
+
+#: Lanes of _top_bounds's bound; at most this many kept cells are placed by counting, more by insertion.
+_BOUND_LANES, _RANKED = 32, 64
+
+
+@numba.njit(cache=True, nogil=True)
 def _top_bounds(D, inv, probes, bounds):
-    # per row of D (|c|^2 - 2 q.c): own cell = argmin, then the smallest
-    # bisector bounds (inv: 1 / (2 |a - c|)) by insertion (p << C)
+    # per row of D (|c|^2 - 2 q.c): own cell a = argmin, then the p - 1 other
+    # cells of smallest bisector bound (inv: 1 / (2 |a - c|)), ties by cell.
+    # q lanes' minima at or below their q-th smallest bound that many cells, so
+    # no cell above it is kept; the few at or below it (~20 of 158 here) are
+    # placed by counting the kept cells ahead of each in (bound, cell) order
     C = D.shape[1]
     p = probes.shape[1]
+    q = p - 1
+    lane = np.empty(_BOUND_LANES, dtype=np.float32)
+    b = np.empty(C, dtype=np.float32)
+    kept = np.empty(C, dtype=np.int64)
+    kb = np.empty(C, dtype=np.float32)
     for i in range(D.shape[0]):
+        Di = D[i]
+        _lane_minima(Di, lane)
+        m = lane.min()
         a = 0
-        for c in range(1, C):
-            if D[i, c] < D[i, a]:
-                a = c
+        while Di[a] != m:               # the first column holding the row's minimum, as a scan finds it
+            a += 1
         probes[i, 0] = a
         bounds[i, 0] = 0.0
-        size = 1
+        if q == 0:
+            continue
         for c in range(C):
-            if c == a:
-                continue
-            b = (D[i, c] - D[i, a]) * inv[a, c]
-            if size == p and b >= bounds[i, p - 1]:
-                continue
-            if size < p:
-                size += 1
-            _sift_in(bounds, probes, i, size - 1, 1, b, c)
+            b[c] = (Di[c] - Di[a]) * inv[a, c]
+        b[a] = np.inf
+        lim = np.float32(np.inf)
+        if C >= _BOUND_LANES and q <= _BOUND_LANES:
+            _lane_minima(b, lane)
+            lim = _smallest(lane, q)
+        nk = 0
+        for c in range(C):
+            kept[nk] = c
+            kb[nk] = b[c]
+            nk += (b[c] <= lim) & (c != a)
+        if nk <= _RANKED:
+            for e in range(nk):
+                r = 0
+                for f in range(nk):
+                    r += (kb[f] < kb[e]) | ((kb[f] == kb[e]) & (f < e))
+                if r < q:
+                    bounds[i, 1 + r] = kb[e]
+                    probes[i, 1 + r] = kept[e]
+        else:
+            size = 1
+            for e in range(nk):
+                if size == p and kb[e] >= bounds[i, p - 1]:
+                    continue
+                if size < p:
+                    size += 1
+                _sift_in(bounds, probes, i, size - 1, 1, kb[e], kept[e])
 
 
 #: Columns per lane of _scan_rows's bound, and per chunk of its scan (one bit each in a uint64 mask).
@@ -148,7 +209,6 @@ def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
     k = keys.shape[1]
     L = _LANES
     lane = np.empty(L, dtype=np.float64)
-    top = np.empty(k + 1, dtype=np.float64)
     for i in range(nq):
         r = rows[i]
         thr = keys[r, k - 1]
@@ -166,18 +226,7 @@ def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
                 for u in range(L):
                     x = qni + ys[u] - 2.0 * gs[u]
                     lane[u] = x if x < lane[u] else lane[u]
-            size = 0
-            for u in range(L):
-                if size == k + 1 and lane[u] >= top[k]:
-                    continue
-                if size < k + 1:
-                    size += 1
-                p = size - 1
-                while p > 0 and top[p - 1] > lane[u]:
-                    top[p] = top[p - 1]
-                    p -= 1
-                top[p] = lane[u]
-            thr = min(thr, np.nextafter(np.float32(top[k]), np.float32(np.inf)))
+            thr = min(thr, np.nextafter(np.float32(_smallest(lane, k + 1)), np.float32(np.inf)))
         for j0 in range(0, nc, L):
             n = min(L, nc - j0)
             gs = Gi[j0:j0 + n]
