@@ -62,7 +62,7 @@ def _prepare(comm: Any, block: Any, metric: str) -> tuple:
     if metric == "cosine":
         X = X.astype(xp.float64)
         X = X / xp.sqrt((X * X).sum(axis=1))[:, None]
-    tot = comm.allreduce(to_host(X.astype(xp.float64).sum(axis=0)))
+    tot = comm.allreduce(to_host(X.sum(axis=0, dtype=xp.float64)))
     cnt = comm.allreduce(int(X.shape[0]))
     mean = xp.asarray(tot / cnt)
     return xp.ascontiguousarray(X), mean, e
@@ -77,10 +77,17 @@ def _distances(d2: Any, metric: str, e: int) -> Any:
     return xp.ldexp(dist, e).astype(dist.dtype) if e else dist
 
 
-def _centred(X: Any, mean: Any, dtype: Any) -> tuple[Any, Any]:
+def _centred(X: Any, mean: Any, dtype: Any, tile: int = 8192) -> tuple[Any, Any]:
+    """``X - mean`` in ``dtype`` and its rows' squared norms, a tile of rows at a time: a float64 copy of the
+    whole block is fresh pages on every call, the tiles' copies come back from the allocator."""
     xp = namespace(X)
-    Xc = xp.ascontiguousarray((X.astype(xp.float64) - mean).astype(dtype))
-    return Xc, (Xc * Xc).sum(axis=1)
+    Xc = xp.empty(X.shape, dtype=dtype)
+    xn = xp.empty(X.shape[0], dtype=dtype)
+    for s in range(0, X.shape[0], tile):
+        t = (X[s:s + tile].astype(xp.float64) - mean).astype(dtype)
+        Xc[s:s + tile] = t
+        xn[s:s + tile] = (t * t).sum(axis=1)
+    return Xc, xn
 
 
 def _exact_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict, seed: int) -> tuple:
