@@ -650,17 +650,15 @@ def _kmeans(comm: Any, Xc: Any, xn: Any, C: int, iters: int, sample: int, seed: 
     cent = _kmeans_pp(np.concatenate(pool, axis=0), C, seed).astype(np.float64)
     take = xp.asarray(np.sort(take))
     sub, subn = Xc[take], xn[take]
-    C, d = cent.shape
-    dims = xp.arange(d, dtype=xp.int64)
+    C = cent.shape[0]
+    lab = None
     for _ in range(iters):
-        lab = _assign(sub, subn, cent.astype(np.float32))
+        lab = _assign(sub, subn, cent.astype(np.float32), lab)   # centred on last round's cells after the first
         counters["distance_evaluations"] += int(sub.shape[0]) * C
         cnt = xp.bincount(lab, minlength=C)
-        # one weighted bincount over (cell, dimension) bins sums each cell's points in row order
-        sums = xp.bincount((lab[:, None] * d + dims[None, :]).ravel(), weights=sub.astype(xp.float64).ravel(),
-                           minlength=C * d).reshape(C, d)
-        sums = comm.allreduce(to_host(sums))
-        cnt = comm.allreduce(to_host(cnt).astype(np.float64))
+        # one collective a round: the counts travel as a last column of the sums (exact in float64)
+        both = comm.allreduce(np.concatenate([to_host(_cell_sums(sub, lab, cnt)), to_host(cnt)[:, None]], axis=1))
+        sums, cnt = both[:, :-1], both[:, -1]
         nz = cnt > 0
         cent[nz] = sums[nz] / cnt[nz, None]
     return cent.astype(np.float32)
@@ -683,11 +681,29 @@ def _kmeans_pp(pool: np.ndarray, C: int, seed: int) -> np.ndarray:
     return P[chosen]
 
 
-def _assign(Xc: Any, xn: Any, cent: np.ndarray) -> Any:
-    """Nearest centroid of each row (``cent`` on the host, moved to the rows' device)."""
+def _cell_sums(X: Any, lab: Any, cnt: Any) -> Any:
+    """Each cell's sum of its rows in float64, added in row order: the sums of a weighted bincount over (cell,
+    dimension) bins, which the device keeps; on the host a stable sort and one ``add.reduceat`` give the same
+    sums without the bincount's index and weight arrays."""
+    xp = namespace(X)
+    C, d = int(cnt.shape[0]), X.shape[1]
+    if xp is not np:
+        bins = (lab[:, None] * d + xp.arange(d, dtype=xp.int64)[None, :]).ravel()
+        return xp.bincount(bins, weights=X.astype(xp.float64).ravel(), minlength=C * d).reshape(C, d)
+    sums = np.zeros((C, d))
+    nz = cnt > 0
+    if nz.any():
+        rows = X[np.argsort(lab, kind="stable")].astype(np.float64)
+        sums[nz] = np.add.reduceat(rows, (np.cumsum(cnt) - cnt)[nz], axis=0)
+    return sums
+
+
+def _assign(Xc: Any, xn: Any, cent: np.ndarray, near: Any = None) -> Any:
+    """Nearest centroid of each row (``cent`` on the host, moved to the rows' device); ``near``: a centroid
+    near each row to compute about (see :func:`_scores_about_cells`)."""
     xp = namespace(Xc)
     out = xp.empty(Xc.shape[0], dtype=xp.int64)
-    for rows, D in _scores_about_cells(Xc, cent):
+    for rows, D in _scores_about_cells(Xc, cent, near):
         out[rows] = xp.argmin(D, axis=1)
     return out
 
@@ -715,19 +731,21 @@ def _cell_probes(Xc: Any, cent: np.ndarray, n_probe: int) -> tuple[Any, Any]:
     return probes, bounds
 
 
-def _scores_about_cells(Xc: Any, cent: np.ndarray, tile: int = 8192) -> Any:
+def _scores_about_cells(Xc: Any, cent: np.ndarray, near: Any = None, tile: int = 8192) -> Any:
     """``(rows, D)`` pieces over all rows of ``Xc``: ``D[i, j] = |x_i - c_j|^2 - |x_i - c_a|^2`` (float32), ``a``
-    the centroid that a first float32 pass finds nearest to ``x_i``, computed about ``c_a`` as
+    the centroid ``near[i]`` (a Lloyd round's labels: the previous round's centroids are near the new ones), or
+    when ``near`` is None the one that a first float32 pass finds nearest to ``x_i``, computed about ``c_a`` as
     ``|c_j - c_a|^2 - 2 (x_i - c_a).(c_j - c_a)``.  Computed about the global mean (``|c_j|^2 - 2 x_i.c_j``)
     its error grew with ``|x_i|^2`` instead: tight clusters far from the mean (1e4 apart, unit spread)
     were cut into random cells, and the approximate lists found 8% of the true neighbours."""
     xp = namespace(Xc)
     nl, C = Xc.shape[0], cent.shape[0]
     cg = xp.asarray(cent.astype(np.float32))
-    cn = (cg ** 2).sum(axis=1)
-    near = xp.empty(nl, dtype=xp.int64)
-    for s in range(0, nl, tile):
-        near[s:s + tile] = xp.argmin(cn[None, :] - 2.0 * (Xc[s:s + tile] @ cg.T), axis=1)
+    if near is None:
+        cn = (cg ** 2).sum(axis=1)
+        near = xp.empty(nl, dtype=xp.int64)
+        for s in range(0, nl, tile):
+            near[s:s + tile] = xp.argmin(cn[None, :] - 2.0 * (Xc[s:s + tile] @ cg.T), axis=1)
     order = xp.argsort(near, kind="stable")
     edges = to_host(xp.searchsorted(near[order], xp.arange(C + 1)))
     c64 = cent.astype(np.float64)
