@@ -139,11 +139,12 @@ _BOUND_LANES, _RANKED = 32, 64
 
 @numba.njit(cache=True, nogil=True)
 def _top_bounds(D, inv, probes, bounds):
-    # per row of D (|c|^2 - 2 q.c): own cell a = argmin, then the p - 1 other
+    # per row of D (|c|^2 - 2 q.c): own cell a = argmin, then the q = p - 1 other
     # cells of smallest bisector bound (inv: 1 / (2 |a - c|)), ties by cell.
-    # q lanes' minima at or below their q-th smallest bound that many cells, so
-    # no cell above it is kept; the few at or below it (~20 of 158 here) are
-    # placed by counting the kept cells ahead of each in (bound, cell) order
+    # The q-th smallest of 32 lane minima (a left out) has q other cells at or
+    # below it, so no cell above it is kept; the few at or below it (~20 of 158
+    # here) are placed by counting the kept cells ahead of each in (bound, cell)
+    # order.  The twin in cuda.py sifts every cell in: the same lists
     C = D.shape[1]
     p = probes.shape[1]
     q = p - 1
@@ -192,7 +193,7 @@ def _top_bounds(D, inv, probes, bounds):
                 _sift_in(bounds, probes, i, size - 1, 1, kb[e], kept[e])
 
 
-#: Columns per lane of _scan_rows's bound, and per chunk of its scan (one bit each in a uint64 mask).
+#: Lanes of _scan_rows's bound, and columns per chunk of its scan (one bit each in a uint64 mask).
 _LANES = 64
 
 
@@ -204,7 +205,8 @@ def _scan_rows(G, qn, yn, rows, qpos, y0, keys, ids):
     # first tested branch-free (vectorised) into a bit mask; only its set bits
     # are visited.  A row whose list is still empty (its own cell, the first
     # pass) would let almost every chunk through, so it first takes a bound
-    # from the lanes' minima (see below) as its threshold
+    # from the lanes' minima (see below) as its threshold.  The twin in cuda.py
+    # visits every column: the same lists
     nq, nc = G.shape
     k = keys.shape[1]
     L = _LANES
