@@ -62,9 +62,9 @@ def _prepare(comm: Any, block: Any, metric: str) -> tuple:
     if metric == "cosine":
         X = X.astype(xp.float64)
         X = X / xp.sqrt((X * X).sum(axis=1))[:, None]
-    tot = comm.allreduce(to_host(X.sum(axis=0, dtype=xp.float64)))
-    cnt = comm.allreduce(int(X.shape[0]))
-    mean = xp.asarray(tot / cnt)
+    # the count rides the sums' collective (exact in float64)
+    tot = comm.allreduce(np.append(to_host(X.sum(axis=0, dtype=xp.float64)), float(X.shape[0])))
+    mean = xp.asarray(tot[:-1] / tot[-1])
     return xp.ascontiguousarray(X), mean, e
 
 
