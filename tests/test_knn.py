@@ -182,6 +182,11 @@ def test_tight_clusters_far_from_the_mean(clients, n_workers, backend, n):
     assert validate_knn(X, ex)["valid"]
     ap = wb.knn_graph(X, K, client=client, reference=ex)
     assert ap.stats["backend"] == backend and ap.stats["recall"] >= 0.95, ap.stats["recall"]
+    # fewer cells than clusters: a cell spans clusters 1e4 apart, too wide for float32 keys about its
+    # centroid (recall 0.08-0.13 before); those cell blocks are taken in float64
+    for n_cells in (1, 4):
+        ap = wb.knn_graph(X, K, client=client, reference=ex, n_cells=n_cells)
+        assert ap.stats["recall"] >= 0.99 and ap.stats["float64_spans"] > 0, (n_cells, ap.stats["recall"])
 
 
 @pytest.mark.parametrize("n_workers, backend", [(1, "cpu"), (3, "cpu"), (2, "gpu-sim")])

@@ -100,7 +100,9 @@ class KNNGraph:
     stats : dict
         ``backend`` ("cpu", "gpu" or "gpu-sim": the path that ran), ``seconds``,
         ``points_per_second``, phase times, ``distance_evaluations``,
-        ``bytes_moved``, and ``recall`` when a reference was given.
+        ``bytes_moved``, and ``recall`` when a reference was given; approximate
+        mode adds ``exact_fill`` and ``float64_spans`` (cell blocks whose float32
+        keys were too coarse for their points' k-th distances, taken in float64).
     """
 
     indices: np.ndarray

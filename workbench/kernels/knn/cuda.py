@@ -41,8 +41,9 @@ PTX_SIGNATURES = {
                      "float64[:, ::1], boolean)" for g in _F for x in _F],
     "_fill_exact_kernel": [f"void(int64[:, ::1], float64[:, ::1], {x}[:, ::1], {x}[:, ::1], int64)" for x in _F],
     "_top_bounds": ["void(float32[:, ::1], float32[:, ::1], int64[:, ::1], float32[:, ::1])"],
-    "_scan_rows": ["void(float32[:, ::1], float32[::1], float32[::1], int64[::1], int64[::1], int64, "
-                   "float32[:, ::1], int64[:, ::1])"],
+    # float64 products for the spans too wide for float32 keys (ranks._cell_pass)
+    "_scan_rows": [f"void({g}[:, ::1], {g}[::1], {g}[::1], int64[::1], int64[::1], int64, "
+                   "float32[:, ::1], int64[:, ::1])" for g in _F],
     "_pair_sqdist": [f"void({x}[:, ::1], {x}[:, ::1], int64[::1], int64[::1], float64[::1])" for x in _F],
     "_merge_candidates": ["void(int64[:, ::1], float64[:, ::1], int64[::1], int64[::1], float64[::1])"],
     "_local_join": [f"void({x}[:, ::1], float32[:, ::1], int64[:, ::1], float64[:, ::1], int64, int64[::1], "

@@ -386,7 +386,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     nl, d = X.shape
     P, r = comm.size, comm.rank
     gids = xp.arange(off, off + nl, dtype=xp.int64)
-    counters = {"distance_evaluations": 0}
+    counters = {"distance_evaluations": 0, "float64_spans": 0}
 
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
     C = int(opts["n_cells"] or max(1, round(math.sqrt(n) / 2)))
@@ -407,6 +407,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     centres = mean + xp.asarray(cent.astype(np.float64)).astype(mean.dtype)   # in X's coordinates
     q = (X, qpos, probes, bounds, centres)
     _cell_pass(q, 0, 1, own, ind, d2, counters)
+    _cell_pass(q, 0, 1, own, ind, d2, counters, redo=True)      # cells too wide for float32 keys, in float64
     _cell_pass(q, 1, probes.shape[1], own, ind, d2, counters)
     # only points whose list the n_probe cap may have cut short (an unprobed
     # cell's bound below the k-th distance) need the NN-descent joins
@@ -767,7 +768,7 @@ def _by_cell(Y: Any, ygids: Any, ylab: Any, order: Any, C: int) -> tuple:
     return xp.ascontiguousarray(Y[order]), ygids[order], starts
 
 
-def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict) -> tuple:
+def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict, redo: bool = False) -> tuple:
     """Brute force of our points against the cells of ``Y`` in their probe
     columns ``p0:p1`` whose bound is below the point's current k-th distance.
 
@@ -780,7 +781,11 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
     ``centres`` the cells' centroids in ``X``'s coordinates.  Each GEMM runs
     about its cell's centroid (float32 differences from ``X`` and ``Y`` in
     float64): its keys' error then scales with the distances inside the cell,
-    not with the points' distance from the global mean.
+    not with the points' distance from the global mean.  A cell that spans
+    far-apart clusters (few cells) is still too wide for float32: a span whose
+    keys' error reaches a 64th of one of its rows' k-th distance is taken in
+    float64.  The first pass has no k-th distances yet, so ``redo`` runs again
+    only the spans that its lists show to be such.
     Returns the merged (row, Y row, d^2) triples."""
     X, qpos, probes, bounds, centres = q
     Yo, ygids, ys = Y
@@ -813,14 +818,32 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
     # pages for each product fault (at the hypervisor here) on that first touch
     buf = empty(max((g1 - g0) * (b1 - b0) for g0, g1, b0, b1, _, _ in spans), np.float32, like=X)
     qn = xp.empty(nl, dtype=xp.float32)    # |q - centre|^2 of the span's rows, at their rows
+    qn64 = None
+    # float32 keys err by ~2**-24 (2 + 2 sqrt(d)) (|q - c|^2 + |y - c|^2); 64x that against the k-th distances
+    noise = 64 * 2.0 ** -24 * (2 + 2 * math.sqrt(X.shape[1]))
+    kth = xp.where(d2[:, k - 1] > 0, d2[:, k - 1], xp.inf)   # k duplicates already: nothing to resolve
     for g0, g1, b0, b1, own_cell, cell in spans:
         rows = qi[g0:g1]
-        Yr = (Yo[b0:b1] - centres[cell]).astype(xp.float32)
-        Qr = Yr if own_cell else (X[rows] - centres[cell]).astype(xp.float32)
-        qn[rows] = (Qr * Qr).sum(axis=1)
-        G = buf[:(g1 - g0) * (b1 - b0)].reshape(g1 - g0, b1 - b0)
-        xp.matmul(Qr, Yr.T, out=G)
-        _kernel("_scan_rows", g1 - g0, G, qn, (Yr * Yr).sum(axis=1), rows, qpos, b0, keys, ids)
+        Yd = Yo[b0:b1] - centres[cell]
+        Qd = Yd if own_cell else X[rows] - centres[cell]
+        Yr = Yd.astype(xp.float32)
+        Qr = Yr if own_cell else Qd.astype(xp.float32)
+        yn, qs = (Yr * Yr).sum(axis=1), (Qr * Qr).sum(axis=1)
+        wide = bool(((qs + yn.max()) * noise - kth[rows]).max() > 0)
+        if redo and not wide:
+            continue
+        if wide:
+            if qn64 is None:
+                qn64 = xp.empty(nl, dtype=xp.float64)
+            qn64[rows] = (Qd * Qd).sum(axis=1)
+            G = Qd @ Yd.T
+            _kernel("_scan_rows", g1 - g0, G, qn64, (Yd * Yd).sum(axis=1), rows, qpos, b0, keys, ids)
+            counters["float64_spans"] += 1
+        else:
+            qn[rows] = qs
+            G = buf[:(g1 - g0) * (b1 - b0)].reshape(g1 - g0, b1 - b0)
+            xp.matmul(Qr, Yr.T, out=G)
+            _kernel("_scan_rows", g1 - g0, G, qn, yn, rows, qpos, b0, keys, ids)
         counters["distance_evaluations"] += int(G.size)
     qr, t = xp.nonzero(ids >= 0)          # row-major: rows grouped, as the merge's device twin needs them
     qr = xp.ascontiguousarray(qr)         # numpy's nonzero of a 2-D array gives strided views
