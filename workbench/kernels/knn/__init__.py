@@ -31,7 +31,9 @@ GPU-Accelerated Systems" (LLNL, 2026) on Dask workers talking through
   in float32, both sides taken about the cell's centroid (and the cells and
   their bounds about each point's nearest centroid), so the keys' error scales
   with the distances inside a cell, not with the points' distance from the
-  global mean; kept candidates get exact float64 distances.  ``local_join``
+  global mean; a block whose float32 keys are still too coarse for its rows'
+  k-th distances (a cell spanning far-apart clusters) is taken in float64.
+  Kept candidates get exact float64 distances.  ``local_join``
   NN-descent joins (neighbours of neighbours) mend only the lists the
   ``n_probe`` cap may have cut short.  Then a binary merge tree: at level
   ``l`` each rank pulls from its partner group only the points in the cells
