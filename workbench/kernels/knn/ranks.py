@@ -768,6 +768,10 @@ def _by_cell(Y: Any, ygids: Any, ylab: Any, order: Any, C: int) -> tuple:
     return xp.ascontiguousarray(Y[order]), ygids[order], starts
 
 
+#: Entries of a cell pass's float32 product tile (512 KB: it stays in L2 for the row scan that reads it).
+_PRODUCT_TILE = 1 << 17
+
+
 def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict, redo: bool = False) -> tuple:
     """Brute force of our points against the cells of ``Y`` in their probe
     columns ``p0:p1`` whose bound is below the point's current k-th distance.
@@ -816,7 +820,8 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
               int(cell)) for g0, g1, (b0, b1, f, la, br, cell) in zip(cut[:-1], cut[1:], info.T.tolist(), strict=True)]
     # one product buffer for every cell: BLAS zeroes its output first, and fresh
     # pages for each product fault (at the hypervisor here) on that first touch
-    buf = empty(max((g1 - g0) * (b1 - b0) for g0, g1, b0, b1, _, _ in spans), np.float32, like=X)
+    buf = empty(max(min(g1 - g0, max(1, _PRODUCT_TILE // (b1 - b0))) * (b1 - b0) for g0, g1, b0, b1, _, _ in spans),
+                np.float32, like=X)
     qn = xp.empty(nl, dtype=xp.float32)    # |q - centre|^2 of the span's rows, at their rows
     qn64 = None
     # float32 keys err by ~2**-24 (2 + 2 sqrt(d)) (|q - c|^2 + |y - c|^2); 64x that against the k-th distances
@@ -841,10 +846,14 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
             counters["float64_spans"] += 1
         else:
             qn[rows] = qs
-            G = buf[:(g1 - g0) * (b1 - b0)].reshape(g1 - g0, b1 - b0)
-            xp.matmul(Qr, Yr.T, out=G)
-            _kernel("_scan_rows", g1 - g0, G, qn, yn, rows, qpos, b0, keys, ids)
-        counters["distance_evaluations"] += int(G.size)
+            # a product tile of this many rows stays in L2 until the scan reads it (few dimensions: the
+            # product's writes and reads would cost more than the product)
+            step = max(1, _PRODUCT_TILE // (b1 - b0))
+            for s in range(0, g1 - g0, step):
+                G = buf[:min(step, g1 - g0 - s) * (b1 - b0)].reshape(-1, b1 - b0)
+                xp.matmul(Qr[s:s + step], Yr.T, out=G)
+                _kernel("_scan_rows", G.shape[0], G, qn, yn, rows[s:s + step], qpos, b0, keys, ids)
+        counters["distance_evaluations"] += (g1 - g0) * (b1 - b0)
     qr, t = xp.nonzero(ids >= 0)          # row-major: rows grouped, as the merge's device twin needs them
     qr = xp.ascontiguousarray(qr)         # numpy's nonzero of a 2-D array gives strided views
     yr = ids[qr, t]
