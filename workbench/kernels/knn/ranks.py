@@ -839,20 +839,20 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
             continue
         if wide:
             if qn64 is None:
-                qn64 = xp.empty(nl, dtype=xp.float64)
+                qn64, buf64 = xp.empty(nl, dtype=xp.float64), empty(buf.size, np.float64, like=X)
             qn64[rows] = (Qd * Qd).sum(axis=1)
-            G = Qd @ Yd.T
-            _kernel("_scan_rows", g1 - g0, G, qn64, (Yd * Yd).sum(axis=1), rows, qpos, b0, keys, ids)
+            Q, Yt, qa, ya, gbuf = Qd, Yd, qn64, (Yd * Yd).sum(axis=1), buf64
             counters["float64_spans"] += 1
         else:
             qn[rows] = qs
-            # a product tile of this many rows stays in L2 until the scan reads it (few dimensions: the
-            # product's writes and reads would cost more than the product)
-            step = max(1, _PRODUCT_TILE // (b1 - b0))
-            for s in range(0, g1 - g0, step):
-                G = buf[:min(step, g1 - g0 - s) * (b1 - b0)].reshape(-1, b1 - b0)
-                xp.matmul(Qr[s:s + step], Yr.T, out=G)
-                _kernel("_scan_rows", G.shape[0], G, qn, yn, rows[s:s + step], qpos, b0, keys, ids)
+            Q, Yt, qa, ya, gbuf = Qr, Yr, qn, yn, buf
+        # a product tile of this many rows stays in L2 until the scan reads it (few dimensions: the product's
+        # writes and reads would cost more than the product; one cell: the whole product would not fit memory)
+        step = max(1, _PRODUCT_TILE // (b1 - b0))
+        for s in range(0, g1 - g0, step):
+            G = gbuf[:min(step, g1 - g0 - s) * (b1 - b0)].reshape(-1, b1 - b0)
+            xp.matmul(Q[s:s + step], Yt.T, out=G)
+            _kernel("_scan_rows", G.shape[0], G, qa, ya, rows[s:s + step], qpos, b0, keys, ids)
         counters["distance_evaluations"] += (g1 - g0) * (b1 - b0)
     qr, t = xp.nonzero(ids >= 0)          # row-major: rows grouped, as the merge's device twin needs them
     qr = xp.ascontiguousarray(qr)         # numpy's nonzero of a 2-D array gives strided views
