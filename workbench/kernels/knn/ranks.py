@@ -406,8 +406,10 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     qpos[lorder] = xp.arange(nl, dtype=xp.int64)   # a point's row among the cell-ordered ones: self-pairs skip
     centres = mean + xp.asarray(cent.astype(np.float64)).astype(mean.dtype)   # in X's coordinates
     q = (X, qpos, probes, bounds, centres)
-    _cell_pass(q, 0, 1, own, ind, d2, counters)
-    _cell_pass(q, 0, 1, own, ind, d2, counters, redo=True)      # cells too wide for float32 keys, in float64
+    width = xp.zeros(nl, dtype=xp.float32)
+    _cell_pass(q, 0, 1, own, ind, d2, counters, width)
+    if bool(((width * _key_noise(d) > d2[:, k - 1]) & (d2[:, k - 1] > 0)).any()):
+        _cell_pass(q, 0, 1, own, ind, d2, counters, redo=True)      # cells too wide for float32 keys, in float64
     _cell_pass(q, 1, probes.shape[1], own, ind, d2, counters)
     # only points whose list the n_probe cap may have cut short (an unprobed
     # cell's bound below the k-th distance) need the NN-descent joins
@@ -772,7 +774,14 @@ def _by_cell(Y: Any, ygids: Any, ylab: Any, order: Any, C: int) -> tuple:
 _PRODUCT_TILE = 1 << 17
 
 
-def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict, redo: bool = False) -> tuple:
+def _key_noise(d: int) -> float:
+    """64 times the float32 keys' error per unit of ``|q - c|^2 + |y - c|^2`` in ``d`` dimensions (~2**-24 (2 + 2
+    sqrt(d))): a cell block whose rows' k-th distances are below it is taken in float64."""
+    return 64 * 2.0 ** -24 * (2 + 2 * math.sqrt(d))
+
+
+def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters: dict, width: Any = None,
+               redo: bool = False) -> tuple:
     """Brute force of our points against the cells of ``Y`` in their probe
     columns ``p0:p1`` whose bound is below the point's current k-th distance.
 
@@ -788,8 +797,9 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
     not with the points' distance from the global mean.  A cell that spans
     far-apart clusters (few cells) is still too wide for float32: a span whose
     keys' error reaches a 64th of one of its rows' k-th distance is taken in
-    float64.  The first pass has no k-th distances yet, so ``redo`` runs again
-    only the spans that its lists show to be such.
+    float64.  The first pass has no k-th distances yet: it records each row's
+    ``|q - c|^2 + max |y - c|^2`` in ``width``, and ``redo`` runs again only the
+    spans that its lists show to be such.
     Returns the merged (row, Y row, d^2) triples."""
     X, qpos, probes, bounds, centres = q
     Yo, ygids, ys = Y
@@ -824,8 +834,7 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
                 np.float32, like=X)
     qn = xp.empty(nl, dtype=xp.float32)    # |q - centre|^2 of the span's rows, at their rows
     qn64 = None
-    # float32 keys err by ~2**-24 (2 + 2 sqrt(d)) (|q - c|^2 + |y - c|^2); 64x that against the k-th distances
-    noise = 64 * 2.0 ** -24 * (2 + 2 * math.sqrt(X.shape[1]))
+    noise = _key_noise(X.shape[1])
     kth = xp.where(d2[:, k - 1] > 0, d2[:, k - 1], xp.inf)   # k duplicates already: nothing to resolve
     for g0, g1, b0, b1, own_cell, cell in spans:
         rows = qi[g0:g1]
@@ -834,6 +843,8 @@ def _cell_pass(q: tuple, p0: int, p1: int, Y: tuple, ind: Any, d2: Any, counters
         Yr = Yd.astype(xp.float32)
         Qr = Yr if own_cell else Qd.astype(xp.float32)
         yn, qs = (Yr * Yr).sum(axis=1), (Qr * Qr).sum(axis=1)
+        if width is not None:
+            width[rows] = qs + yn.max()
         wide = bool(((qs + yn.max()) * noise - kth[rows]).max() > 0)
         if redo and not wide:
             continue
