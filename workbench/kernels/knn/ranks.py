@@ -189,7 +189,7 @@ def _cell_blocks(Xc: Any, B: int, seed: int) -> tuple:
         sample = to_host(Xc[xp.asarray(take)]).astype(np.float32)
         cent = _kmeans_pp(sample, C, seed)
         for _ in range(3):
-            lab = _assign(sample, None, cent)
+            lab = _assign(sample, cent)
             cnt = np.bincount(lab, minlength=cent.shape[0])
             for t in range(sample.shape[1]):
                 s_t = np.bincount(lab, weights=sample[:, t], minlength=cent.shape[0])
@@ -391,7 +391,7 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
     C = int(opts["n_cells"] or max(1, round(math.sqrt(n) / 2)))
     C = min(C, n)
-    cent = _kmeans(comm, Xc, xn, C, int(opts["kmeans_iter"]), int(opts["kmeans_sample"]), seed, counters)
+    cent = _kmeans(comm, Xc, C, int(opts["kmeans_iter"]), int(opts["kmeans_sample"]), seed, counters)
     probes, bounds = _cell_probes(Xc, cent, int(opts["n_probe"]))
     labels = probes[:, 0]
     t_kmeans = time.perf_counter() - t0
@@ -639,7 +639,7 @@ def _local_join_device(X: Any, Xc: Any, ind: Any, d2: Any, off: int, order: Any)
     return evals
 
 
-def _kmeans(comm: Any, Xc: Any, xn: Any, C: int, iters: int, sample: int, seed: int, counters: dict) -> np.ndarray:
+def _kmeans(comm: Any, Xc: Any, C: int, iters: int, sample: int, seed: int, counters: dict) -> np.ndarray:
     """Distributed Lloyd iterations on a sample of the points; returns the
     float32 centroids (host, the same on every rank)."""
     xp = namespace(Xc)
@@ -652,11 +652,11 @@ def _kmeans(comm: Any, Xc: Any, xn: Any, C: int, iters: int, sample: int, seed: 
     pool = comm.allgather(to_host(Xc[xp.asarray(seeds)]))
     cent = _kmeans_pp(np.concatenate(pool, axis=0), C, seed).astype(np.float64)
     take = xp.asarray(np.sort(take))
-    sub, subn = Xc[take], xn[take]
+    sub = Xc[take]
     C = cent.shape[0]
     lab = None
     for _ in range(iters):
-        lab = _assign(sub, subn, cent.astype(np.float32), lab)   # centred on last round's cells after the first
+        lab = _assign(sub, cent.astype(np.float32), lab)   # centred on last round's cells after the first
         counters["distance_evaluations"] += int(sub.shape[0]) * C
         cnt = xp.bincount(lab, minlength=C)
         # one collective a round: the counts travel as a last column of the sums (exact in float64)
@@ -701,7 +701,7 @@ def _cell_sums(X: Any, lab: Any, cnt: Any) -> Any:
     return sums
 
 
-def _assign(Xc: Any, xn: Any, cent: np.ndarray, near: Any = None) -> Any:
+def _assign(Xc: Any, cent: np.ndarray, near: Any = None) -> Any:
     """Nearest centroid of each row (``cent`` on the host, moved to the rows' device); ``near``: a centroid
     near each row to compute about (see :func:`_scores_about_cells`)."""
     xp = namespace(Xc)
