@@ -130,6 +130,44 @@ def test_disconnected_isolated_and_hub(clients):
     assert (iso.parent >= 0).sum() == 1 and iso.stats["edges_traversed"] == 0
 
 
+_REST: dict = {}
+
+
+@pytest.mark.parametrize("backend,n_workers", [("cpu", 1), ("cpu", 2), ("cpu", 3), ("gpu-sim", 2)])
+def test_searches_outside_the_giant_component_run_on_each_rank_alone(clients, backend, n_workers):
+    """A source outside the highest-degree vertex's component searches every rank's copy of the small rest
+    of the graph (no exchange); the answers are scipy's hop counts, valid trees and the same parents on any
+    number of workers.  Sources in the giant component take the distributed search."""
+    client = clients(n_workers, backend=backend)
+    B = wb.data.rmat(7 if backend == "gpu-sim" else 9, edgefactor=8, seed=2)
+    path = sp.diags([np.ones(3), np.ones(3)], [-1, 1], shape=(4, 4), format="csr")
+    star = sp.csr_matrix((np.ones(6), ([0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0])), shape=(4, 4))
+    A = sp.block_diag([path, B, sp.csr_matrix((3, 3)), star], format="csr")
+    assert (np.diff(A.indptr) == 0).any()   # isolated vertices too (some inside B)
+    G = wb.distribute(A, client=client)
+    hub = int(np.argmax(np.diff(A.indptr)))
+    lone = 4 + B.shape[0] + 1
+    for src in (0, 2, lone, A.shape[0] - 1, A.shape[0] - 3, hub):
+        r = wb.bfs(G, src, client=client)
+        np.testing.assert_array_equal(r.level, hops(A, src), err_msg=str(src))
+        assert wb.validate_bfs(A, r).ok, src
+        want = hops(A, src)
+        assert r.stats["edges_traversed"] == np.diff(A.indptr)[want >= 0].sum() // 2
+        assert r.stats["levels"] == want.max() + 1 and len(r.stats["per_level"]) == r.stats["levels"]
+        assert r.stats["backend"] == backend
+        if src == hub:
+            assert r.stats["path"] == "distributed"
+        else:
+            assert r.stats["path"] == "replicated" and r.stats["bytes_moved"] == 0, src
+            first = _REST.setdefault((A.shape[0], src), r.parent)
+            np.testing.assert_array_equal(r.parent, first)
+    # no giant component: four equal lattices, each a quarter of the edges, so nothing is replicated
+    Q = sp.block_diag([wb.data.grid_graph((4, 4))] * 4, format="csr")
+    r = wb.bfs(Q, Q.shape[0] - 1, client=client)
+    assert r.stats["path"] == "distributed"
+    np.testing.assert_array_equal(r.level, hops(Q, Q.shape[0] - 1))
+
+
 def _path_with_stored_zeros(n: int) -> sp.csr_matrix:
     """The path 0-1-...-(n-1) with zeros stored at (0, n-1) and (n-1, 0): a stored zero is no edge."""
     r = np.arange(n - 1)

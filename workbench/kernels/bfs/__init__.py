@@ -103,7 +103,11 @@ class BFSResult:
         copying) and ``wait_s`` (blocked on peers: their data, or a slower
         rank), each the mean over ranks, with ``compute_max_s`` the slowest
         rank's compute), and ``compute_seconds``/``exchange_seconds``/
-        ``wait_seconds``, their sums over levels.
+        ``wait_seconds``, their sums over levels; ``path``: ``"distributed"``,
+        or ``"replicated"`` for a source outside the component of the graph's
+        highest-degree vertex when the rest of the graph is small (at most a
+        sixteenth of the edges): every rank keeps a copy of that rest, found
+        once per container, and searches it alone, with no exchange.
     """
 
     parent: np.ndarray

@@ -96,3 +96,25 @@ def row_hubs(ptr, idx, col_deg, hub):  # pragma: no cover - compiled
                 best = col_deg[c]
                 h = c
         hub[r] = h
+
+
+@numba.njit(cache=True, nogil=True)
+def component_bfs(ptr, idx, start, order, parent, level):  # pragma: no cover - compiled
+    """Serial BFS of ``start``'s component of a small CSR graph (``parent`` and ``level`` -1 on entry):
+    its vertices in BFS order into ``order``; returns how many.  Host-only on every path: it searches the
+    replicated rest of the graph outside the giant component (``ranks._rest_of_graph``), which is tiny."""
+    parent[start] = start
+    level[start] = 0
+    order[0] = start
+    head, tail = 0, 1
+    while head < tail:
+        u = order[head]
+        head += 1
+        for k in range(ptr[u], ptr[u + 1]):
+            v = idx[k]
+            if parent[v] < 0:
+                parent[v] = u
+                level[v] = level[u] + 1
+                order[tail] = v
+                tail += 1
+    return tail
