@@ -408,3 +408,21 @@ def test_dask_b_chunks_off_the_group_move_to_their_ranks_once(clients):
         assert all(len(held[k]) == 1 and held[k][0] in w[:2] for k in keys), held
         assert C.stats["tiles_reused"] == (i > 0)
         client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8, 16, 32, 64, 128])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_local_kernels_of_every_width_match_scipy(k, accumulate):
+    """The fixed-width CPU kernels (k a compile-time constant) and the runtime-k one give scipy's product."""
+    from workbench.kernels.spmm import cpu
+
+    A = _matrix(m=57, n=43, density=0.2, seed=k)
+    B = _dense(A.shape[1], k, seed=k)
+    C0 = _dense(A.shape[0], k, seed=k + 1)
+    want = A @ B + (C0 if accumulate else 0)
+    args = (A.indptr.astype(np.int64), A.indices.astype(np.int32), A.data)
+    kernels = [cpu._spmm_nb] + ([cpu._FIXED_K[k]] if k in cpu._FIXED_K else [])
+    for kern in kernels:
+        C = C0.copy()
+        kern(*args, B, C, accumulate, 16)
+        np.testing.assert_allclose(C, want, rtol=1e-12, atol=1e-12, err_msg=kern.__name__)
