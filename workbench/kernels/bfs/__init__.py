@@ -67,15 +67,13 @@ from ...partition import (
     pattern_symmetric,
     resilient,
 )
-from .ranks import _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
+from .ranks import ALPHA, BETA, _bfs_rank, _ensure_symmetric, _merge_stats, _placed, _prepare
 from .rules import _RULES as _RULES
 from .rules import _check_block
 
 __all__ = ["bfs", "graph500", "validate_bfs", "BFSResult", "Graph500Result", "ValidationReport",
            "harmonic_stats"]
 
-#: Beamer / GAPBS direction-switch parameters.
-ALPHA, BETA = 15.0, 18.0
 _DIRECTIONS = ("auto", "top-down", "bottom-up")
 _PARTITIONS = ("auto", "1d", "2d")
 

@@ -17,6 +17,9 @@ from ...partition import BlockGrid, RowBlocks, block_offsets, check_symmetric, d
 from . import cpu
 from .rules import _check_block
 
+#: Beamer / GAPBS direction-switch parameters.
+ALPHA, BETA = 15.0, 18.0
+
 # --------------------------------------------------------------------------
 # Layout: the R x C grid and who owns which vertices
 # --------------------------------------------------------------------------
@@ -220,8 +223,6 @@ def _rest_of_graph(comm: Any, prep: dict, csr: sp.csr_matrix) -> dict | None:
     top_deg, neg_root = max(comm.allgather((int(deg[k]) if len(deg) else -1, -(olo + k))))
     if top_deg <= 0:
         return None
-    from . import ALPHA, BETA
-
     _, level, _ = _Searcher(comm, prep, {"direction": "auto", "alpha": ALPHA, "beta": BETA}).run(-neg_root)
     reached = np.concatenate(comm.allgather(to_host(level) >= 0))
     rlo, rhi = int(prep["rlo"]), int(prep["rlo"]) + csr.shape[0]
