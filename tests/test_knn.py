@@ -111,6 +111,14 @@ def test_approximate_recall(clients, n_workers):
     assert ap.stats["merge_levels"] == (0 if n_workers == 1 else (n_workers - 1).bit_length())
     for key in ("local_build_s", "merge_tree_s", "refinement_s", "distance_evaluations", "bytes_moved"):
         assert key in ap.stats
+    _check_capped(ap, ex)
+
+
+def _check_capped(ap, ex):
+    """Only the points ``stats["capped"]`` counts may have inexact lists (sorted distances above the exact)."""
+    wrong = int((ap.distances > ex.distances * (1 + 1e-9) + 1e-12).any(axis=1).sum())
+    assert 0 <= wrong <= ap.stats["capped"] <= len(ap.indices), (wrong, ap.stats["capped"])
+    return wrong
 
 
 @pytest.mark.parametrize("n_workers", [2, 3])
@@ -125,6 +133,11 @@ def test_approximate_recall_uniform_and_clustered_defaults(clients, n_workers):
         assert ap.stats["recall"] >= 0.9, ap.stats["recall"]
         assert not (ap.indices == np.arange(len(X))[:, None]).any()
         assert (np.diff(ap.distances, axis=1) >= 0).all()
+        _check_capped(ap, ex)
+        # a probe cap of one cell leaves most uniform points uncertified, and some of them wrong
+        if X.shape[1] == 12:
+            one = wb.knn_graph(X, 10, client=client, reference=ex, n_probe=1, local_join=0)
+            assert _check_capped(one, ex) > 0 and one.stats["capped"] > len(X) // 2
 
 
 def test_merge_tree_gain_over_local_graphs(clients):

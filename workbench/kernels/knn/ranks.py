@@ -449,6 +449,9 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
         ind[missing], d2[missing] = idx2, d22
         counters["distance_evaluations"] += c2
 
+    # rows an unprobed cell could still hold a nearer point for (its bisector bound below the final k-th
+    # distance): every other row's list is certified exact (summed over the ranks in stats)
+    counters["capped"] = int(((probes.shape[1] < C) & (bounds[:, -1] < xp.sqrt(d2[:, k - 1]))).sum()) if nl else 0
     dist = _distances(d2, metric, e)
     synchronize(ind, dist)
     info = {"backend": device, "kmeans_s": t_kmeans, "cpu_s": time.thread_time() - c0, "local_build_s": t_local,
