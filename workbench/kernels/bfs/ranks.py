@@ -410,8 +410,9 @@ class _Searcher:
             verts, parents, levels, degs = (np.array([v], np.int64) for v in (source, source, 0, 0))
         mine = (verts >= self.olo) & (verts < self.ohi)
         xp = self.xp
-        self.parent[xp.asarray(verts[mine] - self.olo)] = xp.asarray(parents[mine])
-        self.level[xp.asarray(verts[mine] - self.olo)] = xp.asarray(levels[mine])
+        at = xp.asarray(verts[mine] - self.olo)
+        self.parent[at] = xp.asarray(parents[mine])
+        self.level[at] = xp.asarray(levels[mine])
         synchronize(self.parent, self.level)
         seconds = time.perf_counter() - t_start
         depth = int(levels.max()) + 1
