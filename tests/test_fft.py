@@ -248,6 +248,8 @@ def test_bad_inputs(clients):
         wb.fftn(x, axes=(1, 1), client=client)
     with pytest.raises(ValueError, match="axes"):
         wb.ifftn(x, axes=(), client=client)
+    with pytest.raises(ValueError, match="s has 4 entries for an array with 3 dimensions"):
+        wb.fftn(x, s=(4, 6, 5, 2), client=client)
     with pytest.raises(ValueError, match="grid"):
         wb.fftn(x, decomposition="pencil", grid=(3, 1), client=client)
     with pytest.raises(ValueError, match="pencil"):

@@ -259,6 +259,8 @@ def _validate(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: An
         except TypeError as e:
             raise TypeError(f"s must be a sequence of ints, got {s!r}") from e
     if axes is None:
+        if s is not None and len(s) > ndim:   # numpy's default axes are the last len(s): there are too few
+            raise ValueError(f"s has {len(s)} entries for an array with {ndim} dimensions")
         axes = tuple(range(ndim - len(s), ndim)) if s is not None else tuple(range(ndim))
     else:
         try:
