@@ -86,7 +86,8 @@ def test_good_run_then_failing_run_leaves_it_untouched(tmp_repo):
     assert latest.resolve() == good.resolve()
     before = {p.name: p.read_bytes() for p in good.iterdir()}
 
-    with pytest.raises(experiment.ExperimentFailed, match=r"cell \d+ \('if fail:'\) raised RuntimeError: deliberate"):
+    with pytest.raises(experiment.ExperimentFailed, match=r"cell \d+ \('if fail:'\), line 2 "
+                       r"\(\"raise RuntimeError\('deliberate failure'\)\"\) raised RuntimeError: deliberate"):
         experiment.run("toy", "ci", root=tmp_repo, parameters={"fail": True}, progress=False)
     assert latest.resolve() == good.resolve()
     assert {p.name: p.read_bytes() for p in good.iterdir()} == before

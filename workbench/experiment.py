@@ -391,10 +391,10 @@ def _run_id(root: Path) -> str:
 
 
 def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
-    """Name the failing cell: its index, first source line, and the error."""
+    """Name the failing cell: its index, first source line, the line that raised, and the error."""
     idx = getattr(err, "cell_index", None)
     ename, evalue = getattr(err, "ename", type(err).__name__), getattr(err, "evalue", str(err))
-    first = ""
+    first, raising = "", ""
     try:
         import nbformat
 
@@ -409,11 +409,29 @@ def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
             started = [i for i, c in enumerate(nb.cells) if c.metadata.get("papermill", {}).get("start_time")]
             idx = started[-1] if started else idx
         if idx is not None and idx < len(nb.cells):
-            first = next((ln for ln in nb.cells[idx].source.splitlines() if ln.strip()), "")
+            lines = nb.cells[idx].source.splitlines()
+            first = next((ln.strip() for ln in lines if ln.strip()), "")
+            at = _raising_line(nb.cells[idx])
+            # the first line alone often names only a comment or a loop header of a long cell
+            if at is not None and 1 <= at <= len(lines) and lines[at - 1].strip() != first:
+                raising = f", line {at} ({lines[at - 1].strip()[:80]!r})"
     except Exception:
         pass
     where = f"cell {idx}" if idx is not None else "an unknown cell"
-    return f"{where} ({first.strip()[:80]!r}) raised {ename}: {evalue}", idx
+    return f"{where} ({first[:80]!r}){raising} raised {ename}: {evalue}", idx
+
+
+def _raising_line(cell: dict) -> int | None:
+    """The line of ``cell`` that raised, from its error output's traceback (IPython names the cell's own
+    frame ``Cell In[n], line k`` first, ahead of frames in functions that earlier cells defined)."""
+    import re
+
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            tb = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out.get("traceback", [])))
+            m = re.search(r"Cell In\s*\[[^\]]*\],\s*line (\d+)", tb)
+            return int(m.group(1)) if m else None
+    return None
 
 
 @contextmanager
