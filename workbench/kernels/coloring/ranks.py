@@ -79,6 +79,13 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     n_cls = int(comm.allreduce(int(cls.max()) + 1 if n_loc else 0, op="max"))
     present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
     batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
+    # ... and a large class in supersteps (Bozdag et al.'s): vertices colored in one round conflict only with
+    # the other ranks' vertices of that round, so smaller rounds leave fewer conflicts to redo.  Every rank cuts
+    # a class into as many pieces as the rank holding most of it needs, so all take the same rounds.
+    most = comm.allreduce(np.array([len(b) for b in batches] + [n_loc], dtype=np.int64), op=np.maximum)
+    step = max(_SUPERSTEP, -(-int(most[-1]) // _MAX_SUPERSTEPS))
+    batches = [piece for b, c in zip(batches, most[:-1], strict=True)
+               for piece in np.array_split(b, max(1, -(-int(c) // step)))]
 
     device = device_kind()
     if device != "cpu":
@@ -100,6 +107,15 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
              "batches": batches, "send_idx": send_idx, "recv_rng": recv_rng, "boundary": boundary,
              "nnz": int(A.nnz)}
     return setup, {"seconds": time.perf_counter() - t0, "bytes_sent": int(comm.stats["bytes_sent"])}
+
+
+#: Vertices a rank colors per round within a degree class (a superstep), and the most supersteps a rank's vertices
+#: take (larger graphs take larger steps: each round costs an exchange).  On 2 workers here, 4096 against whole
+#: classes: a Jacobian-like 200000 x 80000 partial distance-2 coloring 0.187 -> 0.092 s (recolored 69291 -> 17131,
+#: 29 -> 25 colors), a 48^3 mesh's 2304 recolorings -> 4 (5 -> 4 colors), R-MAT SCALE 18 distance-1 within noise
+#: (13567 -> 8440 recolored, 16 -> 44 rounds); steps of 1024 made R-MAT's 139 rounds cost more than they saved.
+_SUPERSTEP = 4096
+_MAX_SUPERSTEPS = 32
 
 
 def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tuple:
