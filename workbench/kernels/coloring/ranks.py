@@ -80,12 +80,14 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
     batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
     # ... and a large class in supersteps (Bozdag et al.'s): vertices colored in one round conflict only with
-    # the other ranks' vertices of that round, so smaller rounds leave fewer conflicts to redo.  Every rank cuts
-    # a class into as many pieces as the rank holding most of it needs, so all take the same rounds.
-    most = comm.allreduce(np.array([len(b) for b in batches] + [n_loc], dtype=np.int64), op=np.maximum)
-    step = max(_SUPERSTEP, -(-int(most[-1]) // _MAX_SUPERSTEPS))
-    batches = [piece for b, c in zip(batches, most[:-1], strict=True)
-               for piece in np.array_split(b, max(1, -(-int(c) // step)))]
+    # the other ranks' vertices of that round, so smaller rounds leave fewer conflicts to redo (one rank has
+    # none).  Every rank cuts a class into as many pieces as the rank holding most of it needs: all take the
+    # same rounds.
+    if comm.size > 1:
+        most = comm.allreduce(np.array([len(b) for b in batches] + [n_loc], dtype=np.int64), op=np.maximum)
+        step = max(_SUPERSTEP, -(-int(most[-1]) // _MAX_SUPERSTEPS))
+        batches = [piece for b, c in zip(batches, most[:-1], strict=True)
+                   for piece in np.array_split(b, max(1, -(-int(c) // step)))]
 
     device = device_kind()
     if device != "cpu":
