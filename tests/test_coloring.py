@@ -443,10 +443,14 @@ def test_setup_and_symmetry_once_per_container(clients, monkeypatch):
 
 
 def test_large_degree_classes_go_in_supersteps(clients):
-    # a 32^3 mesh is one degree class of 16384 vertices a rank on 2 workers: colored in one round, the ranks'
-    # facing planes collide and 1024 vertices (3%) are recolored; in supersteps of 4096, 124
-    A = wb.data.grid_graph((32, 32, 32))
+    # a random graph of 32768 vertices (mean degree 8) puts almost every vertex on the boundary of 2 workers, in
+    # degree classes of up to ~9000 a rank: colored a class a round, 12515 vertices were recolored; with the
+    # boundary in supersteps of 4096, 4974
+    n = 1 << 15
+    R = wb.data.random_sparse((n, n), 4.0 / n, seed=1, values="ones")
+    A = ((R + R.T) > 0).astype(np.float64).tocsr()
+    A.setdiag(0)
+    A.eliminate_zeros()
     r = wb.color(wb.distribute(A, client=clients(2)), distance=1, client=clients(2))
     assert wb.validate_coloring(A, r.colors, distance=1)
-    assert r.stats["recolored"] <= A.shape[0] // 100
-    assert r.n_colors <= 4
+    assert r.stats["recolored"] <= n // 4

@@ -10,9 +10,9 @@ Gebremedhin and Manne:
    for distance-2 and partial distance-2.
 2. Every rank colors its owned vertices first-fit, largest degree first,
    holding the ghosts' colors fixed (unknown ghosts do not constrain): one
-   degree class (octave) a round, a large class in supersteps of 4096
-   vertices or more, so fewer vertices of a round can collide with another
-   rank's (Bozdag et al.'s supersteps).
+   degree class (octave) a round, a class with many boundary vertices in
+   supersteps of 4096 of them or more, so fewer vertices of a round can
+   collide with another rank's (Bozdag et al.'s supersteps).
 3. Ranks exchange the colors of their boundary vertices with the ranks that
    hold them as ghosts, then each rank uncolors the owned vertices that lose
    a conflict: the lower-degree vertex loses (the paper's communication

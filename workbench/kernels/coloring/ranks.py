@@ -79,15 +79,23 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     n_cls = int(comm.allreduce(int(cls.max()) + 1 if n_loc else 0, op="max"))
     present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
     batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
-    # ... and a large class in supersteps (Bozdag et al.'s): vertices colored in one round conflict only with
-    # the other ranks' vertices of that round, so smaller rounds leave fewer conflicts to redo (one rank has
-    # none).  Every rank cuts a class into as many pieces as the rank holding most of it needs: all take the
+    # host boundary (u's constraint set reaches a ghost): the supersteps below, and the rounds on CPU workers
+    remote = np.zeros(n_loc, dtype=bool)
+    _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
+    # ... and a class with many boundary vertices in supersteps (Bozdag et al.'s): vertices colored in one round
+    # conflict only with the other ranks' boundary vertices of that round, so smaller rounds leave fewer
+    # conflicts to redo (interior vertices never conflict: they all go in the first step; one rank has none).
+    # Every rank cuts a class into as many steps as the rank with most of its boundary needs: all take the
     # same rounds.
     if comm.size > 1:
-        most = comm.allreduce(np.array([len(b) for b in batches] + [n_loc], dtype=np.int64), op=np.maximum)
+        most = comm.allreduce(np.array([int(remote[b].sum()) for b in batches] + [n_loc], dtype=np.int64),
+                              op=np.maximum)
         step = max(_SUPERSTEP, -(-int(most[-1]) // _MAX_SUPERSTEPS))
-        batches = [piece for b, c in zip(batches, most[:-1], strict=True)
-                   for piece in np.array_split(b, max(1, -(-int(c) // step)))]
+        split = []
+        for b, c in zip(batches, most[:-1], strict=True):
+            steps = np.array_split(b[remote[b]], max(1, -(-int(c) // step)))
+            split += [b[~remote[b] | np.isin(b, steps[0])], *steps[1:]]     # each in the class's order
+        batches = split
 
     device = device_kind()
     if device != "cpu":
@@ -98,10 +106,8 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
         batches = [to_device(b) for b in batches]
         send_idx = {q: to_device(i) for q, i in send_idx.items()}
     xp = namespace(ip1)
-    remote = xp.zeros(n_loc, dtype=bool)
-    if device == "cpu":
-        _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
-    else:
+    if device != "cpu":
+        remote = xp.zeros(n_loc, dtype=bool)
         launch(dev._has_remote, n_loc, n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
     boundary = xp.flatnonzero(remote).astype(xp.int64)
     setup = {"device": device, "n_loc": n_loc, "n_v": n_v, "depth": depth, "mids_are_vertices": mids_are_vertices,
@@ -111,11 +117,11 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     return setup, {"seconds": time.perf_counter() - t0, "bytes_sent": int(comm.stats["bytes_sent"])}
 
 
-#: Vertices a rank colors per round within a degree class (a superstep), and the most supersteps a rank's vertices
-#: take (larger graphs take larger steps: each round costs an exchange).  On 2 workers here, 4096 against whole
-#: classes: a Jacobian-like 200000 x 80000 partial distance-2 coloring 0.187 -> 0.092 s (recolored 69291 -> 17131,
-#: 29 -> 25 colors), a 48^3 mesh's 2304 recolorings -> 4 (5 -> 4 colors), R-MAT SCALE 18 distance-1 within noise
-#: (13567 -> 8440 recolored, 16 -> 44 rounds); steps of 1024 made R-MAT's 139 rounds cost more than they saved.
+#: Boundary vertices a rank colors per round within a degree class (a superstep), and the most supersteps a rank's
+#: vertices take (larger graphs take larger steps: each round costs an exchange).  On 2 workers here, against whole
+#: classes: a Jacobian-like 200000 x 80000 partial distance-2 coloring 0.160 -> 0.110 s (recolored 69291 -> 17131,
+#: 29 -> 25 colors), R-MAT SCALE 18 distance-1 within noise (13567 -> 8444 recolored, 16 -> 31 rounds); a mesh, whose
+#: boundary is one plane, keeps its rounds.  Steps of 1024 made R-MAT's 139 rounds cost more than they saved.
 _SUPERSTEP = 4096
 _MAX_SUPERSTEPS = 32
 
