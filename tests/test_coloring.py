@@ -454,3 +454,20 @@ def test_large_degree_classes_go_in_supersteps(clients):
     r = wb.color(wb.distribute(A, client=clients(2)), distance=1, client=clients(2))
     assert wb.validate_coloring(A, r.colors, distance=1)
     assert r.stats["recolored"] <= n // 4
+
+
+@pytest.mark.parametrize("relabel_entries", [True, False])
+def test_local_ids_move_rows_relabel_entries_and_sort_them(relabel_entries):
+    # the setup renumbers a rank's vertex space in coloring order; each row's entries come out increasing
+    from workbench.kernels.coloring.ranks import _relabelled
+
+    rng = np.random.default_rng(3)
+    M = sp.random(60, 90, density=0.15, format="csr", random_state=4)
+    M.indices = M.indices[::-1].copy()                 # entries in no order within their rows
+    row_new, col_new = rng.permutation(60), rng.permutation(90) if relabel_entries else None
+    ptr, idx = _relabelled(M.indptr.astype(np.int64), M.indices.astype(np.int64), row_new, col_new, 90)
+    E = sp.csr_matrix((M.data, M.indices if col_new is None else col_new[M.indices], M.indptr), shape=M.shape)
+    E = E[np.argsort(row_new)]
+    E.sort_indices()
+    np.testing.assert_array_equal(ptr, E.indptr)
+    np.testing.assert_array_equal(idx, E.indices)

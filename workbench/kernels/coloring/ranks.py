@@ -68,8 +68,26 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
 
     # largest degree first for few colors; ties in id order keep meshes near their natural 2-coloring
     order = np.lexsort((gid[:n_loc], -deg[:n_loc])).astype(np.int64)
-    pos = np.empty(n_loc, dtype=np.int64)
-    pos[order] = np.arange(n_loc)
+    # Local ids follow that order (ghosts: by degree too).  First fit and the conflict check read their
+    # neighbours' colors at random; on a power-law graph most reads then land on the hubs' few cache lines at
+    # the front (R-MAT SCALE 20 on one worker: 0.35 -> 0.09 s a call).  The colors do not change.
+    old = np.concatenate([order, n_loc + np.lexsort((gid[n_loc:], -deg[n_loc:]))]).astype(np.int64)
+    new = np.empty(n_v, dtype=np.int64)
+    new[old] = np.arange(n_v)
+    pos = new[:n_loc]
+    if kind == 2:           # one vertex space: every vertex's row (ghosts' too) and every entry move
+        ip1, ix1 = _relabelled(ip1, ix1, new, new, n_v)
+        ip2, ix2 = ip1, ix1
+    elif kind == 1:
+        ip1, ix1 = _relabelled(ip1, ix1, pos, new, n_v)
+        ip2, ix2 = ip1, ix1
+    else:                   # partial2: columns' rows move, the mids (matrix rows) keep their ids
+        n_mids = len(ip2) - 1
+        ip1, ix1 = _relabelled(ip1, ix1, pos, None, n_mids)
+        ip2, ix2 = _relabelled(ip2, ix2, np.arange(n_mids), new, n_v)
+    deg, hsh, gid = deg[old], hsh[old], gid[old]
+    send_idx = {q: new[i] for q, i in send_idx.items()}
+    recv_idx = {q: new[n_loc + np.arange(a, b)] for q, (a, b) in recv_rng.items()}
     # Degree classes, largest first: one class enters per round, so hubs are
     # colored (and their conflicts settled) before the many low-degree vertices
     # -- close to sequential largest-first quality.  A vertex colored in round k
@@ -78,7 +96,11 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     cls = _degree_class(deg[:n_loc])
     n_cls = int(comm.allreduce(int(cls.max()) + 1 if n_loc else 0, op="max"))
     present = comm.allreduce(np.bincount(cls, minlength=n_cls)[:n_cls] > 0, op="or")
-    batches = [order[cls[order] == b] for b in range(n_cls - 1, -1, -1) if present[b]]
+    # local ids are in coloring order, so each class (largest first) is one run of them
+    ends = np.searchsorted(-cls, -np.arange(n_cls - 1, -1, -1), side="right")
+    starts = np.concatenate([[0], ends[:-1]])
+    batches = [np.arange(starts[i], ends[i], dtype=np.int64) for i, b in enumerate(range(n_cls - 1, -1, -1))
+               if present[b]]
     # host boundary (u's constraint set reaches a ghost): the supersteps below, and the rounds on CPU workers
     remote = np.zeros(n_loc, dtype=bool)
     _has_remote(n_loc, ip1, ix1, ip2, ix2, depth, mids_are_vertices, remote)
@@ -105,6 +127,7 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
         ip1, ix1, ip2, ix2, deg, hsh, gid, pos = (to_device(a) for a in (ip1, ix1, ip2, ix2, deg, hsh, gid, pos))
         batches = [to_device(b) for b in batches]
         send_idx = {q: to_device(i) for q, i in send_idx.items()}
+        recv_idx = {q: to_device(i) for q, i in recv_idx.items()}
     xp = namespace(ip1)
     if device != "cpu":
         remote = xp.zeros(n_loc, dtype=bool)
@@ -112,7 +135,7 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     boundary = xp.flatnonzero(remote).astype(xp.int64)
     setup = {"device": device, "n_loc": n_loc, "n_v": n_v, "depth": depth, "mids_are_vertices": mids_are_vertices,
              "ip1": ip1, "ix1": ix1, "ip2": ip2, "ix2": ix2, "deg": deg, "hsh": hsh, "gid": gid, "pos": pos,
-             "batches": batches, "send_idx": send_idx, "recv_rng": recv_rng, "boundary": boundary,
+             "batches": batches, "send_idx": send_idx, "recv_idx": recv_idx, "boundary": boundary,
              "nnz": int(A.nnz)}
     return setup, {"seconds": time.perf_counter() - t0, "bytes_sent": int(comm.stats["bytes_sent"])}
 
@@ -136,7 +159,7 @@ def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tu
     n_loc, n_v, depth, mids_are_vertices = setup["n_loc"], setup["n_v"], setup["depth"], setup["mids_are_vertices"]
     ip1, ix1, ip2, ix2 = setup["ip1"], setup["ix1"], setup["ip2"], setup["ix2"]
     deg, hsh, gid, pos, batches = setup["deg"], setup["hsh"], setup["gid"], setup["pos"], setup["batches"]
-    send_idx, recv_rng, boundary = setup["send_idx"], setup["recv_rng"], setup["boundary"]
+    send_idx, recv_idx, boundary = setup["send_idx"], setup["recv_idx"], setup["boundary"]
     xp = namespace(ip1)
 
     colors = xp.full(n_v, -1, dtype=xp.int64)
@@ -153,7 +176,7 @@ def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tu
         else:
             passes += _speculative_first_fit(dev, todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
                                              deg, hsh, gid, use_degree, loser)
-        n_changed = _exchange_colors(comm, colors, todo, send_idx, recv_rng, n_loc, len(redo))
+        n_changed = _exchange_colors(comm, colors, todo, send_idx, recv_idx, n_loc, len(redo))
         if k > 0:
             conflicts.append(n_changed[1])
         k += 1
@@ -172,8 +195,8 @@ def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tu
         lost = cand[loser[cand]]
         loser[cand] = False
         colors[lost] = -1
-        redo = lost[xp.argsort(pos[lost])].astype(xp.int64)
-    out = to_host(colors[:n_loc]).copy()      # the answer comes home once (from the device, a synchronizing copy)
+        redo = xp.sort(lost).astype(xp.int64)          # local ids are the coloring order
+    out = to_host(colors[pos])      # owned vertices in id order; the answer comes home once (a device sync)
     from distributed import get_worker
 
     info = {"worker": get_worker().address, "rounds": k, "conflicts": conflicts,
@@ -223,12 +246,30 @@ def _speculative_first_fit(dev: Any, todo: Any, ip1: Any, ix1: Any, ip2: Any, ix
 _WIDE_MAX = 1 << 15
 
 
+def _relabelled(indptr: np.ndarray, indices: np.ndarray, row_new: np.ndarray, col_new: np.ndarray | None,
+                n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR pattern with row ``i`` moved to ``row_new[i]`` and entries relabelled through ``col_new`` (None:
+    kept, ids < ``n_cols``), each row's entries increasing: a row's reads of its neighbours' colors then run
+    forwards, the hubs' first (3x faster first fit than unsorted rows).  One sort of (row, column) keys: numpy's
+    vectorized sort took 0.22 s for R-MAT SCALE 20's 31M entries, a counting sort 1.4 s, sorting each row 1.6 s."""
+    lens = np.diff(indptr)
+    key = np.repeat(row_new.astype(np.int64, copy=False), lens)
+    key *= n_cols
+    key += indices if col_new is None else col_new[indices]
+    key.sort()
+    out_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+    out_ptr[1 + row_new] = lens
+    np.cumsum(out_ptr, out=out_ptr)
+    np.remainder(key, max(n_cols, 1), out=key)
+    return out_ptr, key
+
+
 def _degree_class(deg: np.ndarray) -> np.ndarray:
     """Octave of each degree: 0 for degree 0-1, then floor(log2(deg))."""
     return np.floor(np.log2(np.maximum(deg, 1))).astype(np.int64)
 
 
-def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_idx: dict, recv_rng: dict,
+def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_idx: dict, recv_idx: dict,
                      n_loc: int, n_lost: int) -> tuple[int, int]:
     """Send the changed colors each subscriber needs and apply what arrived, in one
     all-to-all that also carries every rank's counts, so the round needs no
@@ -246,8 +287,8 @@ def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_id
         parts.append((len(changed), n_lost, p, colors[idx[p]].astype(xp.int32)))
     got = comm.alltoall(parts)
     for q, msg in enumerate(got):
-        if q in recv_rng and len(msg) > 2:
-            colors[n_loc + recv_rng[q][0] + msg[2].astype(xp.int64)] = msg[3]
+        if q in recv_idx and len(msg) > 2:
+            colors[recv_idx[q][msg[2].astype(xp.int64)]] = msg[3]
     return sum(int(m[0]) for m in got), sum(int(m[1]) for m in got)
 
 
