@@ -86,7 +86,12 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
         ip1, ix1 = _relabelled(ip1, ix1, pos, None, n_mids)
         ip2, ix2 = _relabelled(ip2, ix2, np.arange(n_mids), new, n_v)
     deg, hsh, gid = deg[old], hsh[old], gid[old]
-    send_idx = {q: new[i] for q, i in send_idx.items()}
+    # each subscriber's list, inverted: where an owned vertex sits in it (-1: not there), so a round finds the
+    # changed vertices' places in time of their number, not of the list's (27 passes over most of a rank a call)
+    send_slot = {}
+    for q, i in send_idx.items():
+        send_slot[q] = np.full(n_loc, -1, dtype=np.int32 if n_loc < 2**31 else np.int64)
+        send_slot[q][new[i]] = np.arange(len(i))
     recv_idx = {q: new[n_loc + np.arange(a, b)] for q, (a, b) in recv_rng.items()}
     # Degree classes, largest first: one class enters per round, so hubs are
     # colored (and their conflicts settled) before the many low-degree vertices
@@ -126,7 +131,7 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
 
         ip1, ix1, ip2, ix2, deg, hsh, gid, pos = (to_device(a) for a in (ip1, ix1, ip2, ix2, deg, hsh, gid, pos))
         batches = [to_device(b) for b in batches]
-        send_idx = {q: to_device(i) for q, i in send_idx.items()}
+        send_slot = {q: to_device(i) for q, i in send_slot.items()}
         recv_idx = {q: to_device(i) for q, i in recv_idx.items()}
     xp = namespace(ip1)
     if device != "cpu":
@@ -135,7 +140,7 @@ def _setup_rank(comm: Any, block: Any, row_offsets: np.ndarray, col_offsets: np.
     boundary = xp.flatnonzero(remote).astype(xp.int64)
     setup = {"device": device, "n_loc": n_loc, "n_v": n_v, "depth": depth, "mids_are_vertices": mids_are_vertices,
              "ip1": ip1, "ix1": ix1, "ip2": ip2, "ix2": ix2, "deg": deg, "hsh": hsh, "gid": gid, "pos": pos,
-             "batches": batches, "send_idx": send_idx, "recv_idx": recv_idx, "boundary": boundary,
+             "batches": batches, "send_slot": send_slot, "recv_idx": recv_idx, "boundary": boundary,
              "nnz": int(A.nnz)}
     return setup, {"seconds": time.perf_counter() - t0, "bytes_sent": int(comm.stats["bytes_sent"])}
 
@@ -159,7 +164,7 @@ def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tu
     n_loc, n_v, depth, mids_are_vertices = setup["n_loc"], setup["n_v"], setup["depth"], setup["mids_are_vertices"]
     ip1, ix1, ip2, ix2 = setup["ip1"], setup["ix1"], setup["ip2"], setup["ix2"]
     deg, hsh, gid, pos, batches = setup["deg"], setup["hsh"], setup["gid"], setup["pos"], setup["batches"]
-    send_idx, recv_idx, boundary = setup["send_idx"], setup["recv_idx"], setup["boundary"]
+    send_slot, recv_idx, boundary = setup["send_slot"], setup["recv_idx"], setup["boundary"]
     xp = namespace(ip1)
 
     colors = xp.full(n_v, -1, dtype=xp.int64)
@@ -176,7 +181,7 @@ def _color_rank(comm: Any, setup: dict, use_degree: bool, max_rounds: int) -> tu
         else:
             passes += _speculative_first_fit(dev, todo, ip1, ix1, ip2, ix2, depth, mids_are_vertices, colors,
                                              deg, hsh, gid, use_degree, loser)
-        n_changed = _exchange_colors(comm, colors, todo, send_idx, recv_idx, n_loc, len(redo))
+        n_changed = _exchange_colors(comm, colors, todo, send_slot, recv_idx, len(redo))
         if k > 0:
             conflicts.append(n_changed[1])
         k += 1
@@ -269,22 +274,21 @@ def _degree_class(deg: np.ndarray) -> np.ndarray:
     return np.floor(np.log2(np.maximum(deg, 1))).astype(np.int64)
 
 
-def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_idx: dict, recv_idx: dict,
-                     n_loc: int, n_lost: int) -> tuple[int, int]:
-    """Send the changed colors each subscriber needs and apply what arrived, in one
-    all-to-all that also carries every rank's counts, so the round needs no
-    separate allreduce.  Returns the global (changed, lost) counts."""
+def _exchange_colors(comm: Any, colors: np.ndarray, changed: np.ndarray, send_slot: dict, recv_idx: dict,
+                     n_lost: int) -> tuple[int, int]:
+    """Send the changed colors (``changed``: distinct owned vertices) each subscriber needs, as places in its
+    list, and apply what arrived, in one all-to-all that also carries every rank's counts, so the round needs
+    no separate allreduce.  Returns the global (changed, lost) counts."""
     xp = namespace(colors)
-    mark = xp.zeros(n_loc, dtype=bool)
-    mark[changed] = True
     parts = []
     for q in range(comm.size):
-        idx = send_idx.get(q)
-        if idx is None:
+        slot = send_slot.get(q)
+        if slot is None:
             parts.append((len(changed), n_lost))
             continue
-        p = xp.flatnonzero(mark[idx]).astype(xp.int32)
-        parts.append((len(changed), n_lost, p, colors[idx[p]].astype(xp.int32)))
+        at = slot[changed]
+        sent = at >= 0
+        parts.append((len(changed), n_lost, at[sent], colors[changed[sent]].astype(xp.int32)))
     got = comm.alltoall(parts)
     for q, msg in enumerate(got):
         if q in recv_idx and len(msg) > 2:
