@@ -85,9 +85,9 @@ class ColoringResult:
         (device paths: local first-fit passes, summed over ranks),
         ``n_workers``, ``workers`` and ``vertices_per_worker`` (who colored
         what), ``tie_break``, ``setup_seconds`` (slowest rank's ghost layers,
-        subscriptions and degree order; 0.0 and ``setup_reused`` True when an
-        earlier call on the same container did them), ``color_seconds``
-        (slowest rank's rounds).
+        subscriptions, degree order and renumbering of its vertices in that
+        order; 0.0 and ``setup_reused`` True when an earlier call on the same
+        container did them), ``color_seconds`` (slowest rank's rounds).
     """
 
     colors: np.ndarray
