@@ -22,6 +22,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -424,8 +425,6 @@ def _describe_failure(err: Exception, nb_path: Path) -> tuple[str, int | None]:
 def _raising_line(cell: dict) -> int | None:
     """The line of ``cell`` that raised, from its error output's traceback (IPython names the cell's own
     frame ``Cell In[n], line k`` first, ahead of frames in functions that earlier cells defined)."""
-    import re
-
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
             tb = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out.get("traceback", [])))
