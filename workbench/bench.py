@@ -46,7 +46,14 @@ __all__ = [
 
 @dataclass
 class Timing:
-    """Wall-clock seconds of repeated runs of one callable."""
+    """Wall-clock seconds of repeated runs of one callable (what :func:`measure` returns).
+
+    Examples
+    --------
+    >>> t = measure(lambda: sum(range(1000)), name="sum", repeat=5)
+    >>> len(t.times), t.median > 0
+    (5, True)
+    """
 
     name: str
     times: list[float]
@@ -345,7 +352,14 @@ def compare(ours: tuple[str, Callable[[], Any]], peers: Sequence[tuple], *, warm
 
 
 def ratio_table(rows: Sequence[dict]) -> Any:
-    """Rows as a pandas DataFrame (the tidy metrics table notebooks save)."""
+    """Rows as a pandas DataFrame (the tidy metrics table notebooks save).
+
+    Examples
+    --------
+    >>> t = measure(lambda: sum(range(1000)), name="sum", repeat=5)
+    >>> ratio_table([t.row(role="ours")]).columns.tolist()[:6]
+    ['name', 'repeats', 'min_s', 'median_s', 'max_s', 'role']
+    """
     import pandas as pd
 
     return pd.DataFrame(list(rows))
@@ -439,7 +453,14 @@ def stream_triad(client: Any = None, *, n: int = 1 << 25, repeat: int = 5) -> di
 
 def scheduler_roundtrip(client: Any = None, *, repeat: int = 50) -> dict:
     """Seconds for one tiny task submitted, run and gathered through the scheduler (its message streams set
-    up as for the kernels: :func:`workbench.comms.ensure_registered`)."""
+    up as for the kernels: :func:`workbench.comms.ensure_registered`): ``median_s``, ``min_s`` and ``times``.
+
+    Examples
+    --------
+    >>> r = scheduler_roundtrip(client, repeat=10)                 # doctest: +SKIP
+    >>> sorted(r), r["median_s"] > 0                               # doctest: +SKIP
+    (['median_s', 'min_s', 'times'], True)
+    """
     from . import comms
     from .cluster import default_client
 
@@ -486,6 +507,12 @@ def comms_pingpong(client: Any = None, *, sizes: Sequence[int] = (8, 1 << 10, 1 
     """Worker-to-worker ping-pong over :mod:`workbench.comms` between the first two workers.
 
     Returns rows ``bytes``, ``one_way_s`` (median half round trip), ``gbps``.
+
+    Examples
+    --------
+    >>> rows = comms_pingpong(client, sizes=(8, 1 << 20))          # doctest: +SKIP
+    >>> [r["bytes"] for r in rows]                                 # doctest: +SKIP
+    [8, 1048576]
     """
     from . import comms
     from .cluster import default_client, worker_addresses

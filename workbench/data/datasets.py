@@ -11,9 +11,9 @@ Examples
 --------
 >>> import workbench as wb
 >>> bei = wb.data.spatstat_pattern("bei")                     # doctest: +SKIP
->>> bei.points.shape, bei.window
+>>> bei.points.shape, bei.window                             # doctest: +SKIP
 ((3604, 2), (0.0, 1000.0, 0.0, 500.0))
->>> X, y = wb.data.digits()                                   # doctest: +SKIP
+>>> X, y = wb.data.digits()
 >>> X.shape
 (1797, 64)
 """
@@ -185,7 +185,7 @@ def spatstat_pattern(name: str) -> PointPattern:
     Examples
     --------
     >>> p = spatstat_pattern("redwood")                            # doctest: +SKIP
-    >>> p.n, p.window
+    >>> p.n, p.window                                              # doctest: +SKIP
     (62, (0.0, 1.0, -1.0, 0.0))
     """
     if not isinstance(name, str):
@@ -226,7 +226,7 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 
     Examples
     --------
-    >>> X, y = digits()                                           # doctest: +SKIP
+    >>> X, y = digits()
     >>> X.shape, sorted(set(y)) == list(range(10))
     ((1797, 64), True)
     """

@@ -145,6 +145,14 @@ class RowBlocks:
         Global shape.
     workers : list of str
         Worker address of each rank.
+
+    Examples
+    --------
+    >>> X = wb.distribute(np.arange(12.0).reshape(6, 2), client=client)       # doctest: +SKIP
+    >>> X                                                                      # doctest: +SKIP
+    RowBlocks(kind='dense', shape=(6, 2), n_parts=2, nnz=None, dtype=float64)
+    >>> X.owner_of(4)                                                          # doctest: +SKIP
+    1
     """
 
     parts: list
@@ -209,7 +217,15 @@ class RowBlocks:
 
 @dataclass
 class BlockGrid:
-    """2-D block grid held on the workers; block (i, j) on ``workers[i*C + j]``."""
+    """2-D block grid held on the workers; block (i, j) on ``workers[i*C + j]``.
+
+    Examples
+    --------
+    >>> A = wb.data.rmat(10, seed=1)                                          # doctest: +SKIP
+    >>> H = wb.distribute(A, client=client, partition="2d", grid=(1, 2))      # doctest: +SKIP
+    >>> H                                                                      # doctest: +SKIP
+    BlockGrid(kind='csr', shape=(1024, 1024), grid=(1, 2), nnz=21140)
+    """
 
     blocks: list[list]
     row_offsets: np.ndarray

@@ -301,8 +301,8 @@ def remember_call(out: Any, name: str, again: Callable[[str], Any], retries: int
     Examples
     --------
     >>> remember_call(C, "spmm", lambda why: spmm(A, B), 2)     # doctest: +SKIP
-    >>> # ... the worker holding C's second chunk dies ...
-    >>> np.asarray(C)                                           # doctest: +SKIP  (spmm reruns)
+    >>> # ... the worker holding C's second chunk dies; reading C reruns spmm ...
+    >>> np.asarray(C)                                           # doctest: +SKIP
     """
     kernel_result = _result_type()
     for path, item in ([((i,), v) for i, v in enumerate(out)] if isinstance(out, tuple | list) else [((), out)]):

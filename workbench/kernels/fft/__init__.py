@@ -137,7 +137,15 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
 def ifftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm: str | None = None, *,
           decomposition: str = "auto", grid: tuple[int, ...] | None = None, overlap: bool | None = None,
           workers: Sequence[str] | None = None, client: Any = None) -> Any:
-    """Inverse of :func:`fftn` (``numpy.fft.ifftn`` semantics); same parameters and result."""
+    """Inverse of :func:`fftn` (``numpy.fft.ifftn`` semantics); same parameters and result.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).random((8, 6, 4))
+    >>> F = fftn(x, client=client)                               # doctest: +SKIP
+    >>> np.allclose(np.asarray(ifftn(F, client=client)), x)     # doctest: +SKIP
+    True
+    """
     return _transform("bwd", x, s, axes, norm, decomposition, grid, overlap, workers, client)
 
 
@@ -148,6 +156,13 @@ def rfftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = N
     """Real-to-complex N-D FFT (``numpy.fft.rfftn`` semantics); see :func:`fftn`.
 
     The last transformed axis is halved to ``n // 2 + 1`` in the first local stage.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).random((8, 6, 4))
+    >>> R = rfftn(x, client=client)                              # doctest: +SKIP
+    >>> R.shape, R.stats["backend"]                              # doctest: +SKIP
+    ((8, 6, 3), 'cpu')
     """
     return _transform("r2c", x, s, axes, norm, decomposition, grid, overlap, workers, client)
 
@@ -160,6 +175,13 @@ def irfftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = 
 
     The complex-to-real axis (the last of ``axes``) is transformed last, on
     the worker that holds it whole.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).random((8, 6, 4))
+    >>> R = rfftn(x, client=client)                                              # doctest: +SKIP
+    >>> np.allclose(np.asarray(irfftn(R, s=x.shape, client=client)), x)         # doctest: +SKIP
+    True
     """
     return _transform("c2r", x, s, axes, norm, decomposition, grid, overlap, workers, client)
 

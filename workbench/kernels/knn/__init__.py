@@ -173,7 +173,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     Examples
     --------
     >>> g = knn_graph(X, 10, exact=True, client=client)          # doctest: +SKIP
-    >>> g.indices.shape, bool((np.diff(g.distances, axis=1) >= 0).all())
+    >>> g.indices.shape, bool((np.diff(g.distances, axis=1) >= 0).all())      # doctest: +SKIP
     ((2000, 10), True)
     """
     parts, n, d, opts = _validate(X, k, exact, metric, reference, seed, params)
@@ -245,7 +245,7 @@ def validate_knn(X: np.ndarray, graph: KNNGraph, *, sample: int = 256, seed: int
     Examples
     --------
     >>> res = validate_knn(X, g)                                   # doctest: +SKIP
-    >>> res["valid"]
+    >>> res["valid"]                                               # doctest: +SKIP
     True
     """
     X = np.asarray(X)
