@@ -151,7 +151,7 @@ class RowBlocks:
     >>> X = wb.distribute(np.arange(12.0).reshape(6, 2), client=client)       # doctest: +SKIP
     >>> X                                                                      # doctest: +SKIP
     RowBlocks(kind='dense', shape=(6, 2), n_parts=2, nnz=None, dtype=float64)
-    >>> X.owner_of(4)                                                          # doctest: +SKIP
+    >>> int(X.owner_of(4))                                                     # doctest: +SKIP
     1
     """
 

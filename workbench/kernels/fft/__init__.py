@@ -127,7 +127,7 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
     Examples
     --------
     >>> F = fftn(np.ones((8, 8, 8)), client=client)           # doctest: +SKIP
-    >>> np.asarray(F)[0, 0, 0]                                 # doctest: +SKIP
+    >>> complex(np.asarray(F)[0, 0, 0])                        # doctest: +SKIP
     (512+0j)
     """
     return _transform("fwd", x, s, axes, norm, decomposition, grid, overlap, workers, client)

@@ -182,7 +182,7 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
     >>> pts = np.random.default_rng(0).random((2000, 2))
     >>> with wb.cluster(n_workers=2, quiet=True) as client:              # doctest: +SKIP
     ...     res = wb.ripley_k(pts, np.linspace(0, 0.1, 11), window=(0, 1, 0, 1), client=client)
-    >>> res.l[-1]                                                         # doctest: +SKIP
+    >>> float(res.l[-1])                                                  # doctest: +SKIP
     0.1000...
     """
     cfg = _validate(points, radii, window, edge_correction, times, time_radii, time_window, n_simulations,
