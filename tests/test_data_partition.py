@@ -437,6 +437,36 @@ def test_a_kernel_result_that_lost_a_chunk_runs_its_call_again(clients):
         np.asarray(C2)
 
 
+def test_a_kernel_result_reads_on_its_own_cluster_when_another_is_the_default(clients):
+    """Two clusters in one session (a notebook cell run twice, a CPU and a gpu-sim cluster side by side):
+    dask reads through the default client, and a result made on the other one failed with "lost
+    dependencies" (its chunks are that cluster's futures), after rerunning its call for nothing."""
+    import warnings
+
+    from workbench.partition import WorkerLostWarning
+
+    first = clients(2)
+    x = np.random.default_rng(3).standard_normal((12, 10))
+    A = wb.data.rmat(7, seed=2)
+    B = np.random.default_rng(4).standard_normal((A.shape[0], 3))
+    F, C = wb.fftn(x, client=first), wb.spmm(A, B, client=first)
+    d = np.full((4, 64), 4.0)
+    dl, du = np.ones((4, 63)), np.ones((4, 63))
+    b = np.random.default_rng(5).standard_normal((4, 64))
+    X = wb.tridiag_solve(dl, d, du, b, client=first)
+    try:
+        clients(3)                                        # the other cluster is now the default client
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", WorkerLostWarning)   # nothing is lost: nothing reruns
+            np.testing.assert_allclose(np.asarray(F), np.fft.fftn(x), rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(C.compute(), A @ B, rtol=1e-12)
+            T = (np.diag(d[0]) + np.diag(dl[0], -1) + np.diag(du[0], 1))
+            np.testing.assert_allclose(np.asarray(X.persist()), np.linalg.solve(T, b.T).T, rtol=1e-12)
+        assert all(r.stats.get("retries", 0) == 0 for r in (F, C, X))
+    finally:
+        clients(2)
+
+
 def test_options_a_placed_input_ignores_are_said(clients):
     # distribute(RowBlocks or dask, n_parts=...) returned the input as it is placed, and said nothing
     client = clients(2)

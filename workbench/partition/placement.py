@@ -244,10 +244,10 @@ def _result_type() -> type:
         __slots__ = ()
 
         def compute(self, **kwargs: Any) -> Any:
-            return _unless_lost(self, lambda: da.Array.compute(self, **kwargs))
+            return _unless_lost(self, lambda: _on_own_client(self, da.Array.compute, kwargs))
 
         def persist(self, **kwargs: Any) -> Any:
-            return _unless_lost(self, lambda: da.Array.persist(self, **kwargs))
+            return _unless_lost(self, lambda: _on_own_client(self, da.Array.persist, kwargs))
 
         def __dask_postpersist__(self) -> tuple:
             # client.persist(x) and dask.persist(x) give the same result back as a plain dask array: keep
@@ -366,6 +366,18 @@ def _own_futures(x: Any) -> list:
     except (AttributeError, KeyError, TypeError):
         return []
     return values if values and all(_is_future(v) for v in values) else []
+
+
+def _on_own_client(x: Any, read: Callable, kwargs: dict) -> Any:
+    """``read(x, **kwargs)`` through the client whose futures are ``x``'s chunks: dask reads through the
+    default client, and a result made on another cluster (a second one started in the same notebook,
+    a CPU and a gpu-sim cluster side by side) failed there with "lost dependencies"."""
+    futures = _own_futures(x)
+    client = getattr(futures[0], "client", None) if futures else None
+    if client is None or "scheduler" in kwargs or client.status not in ("running", "newly-created"):
+        return read(x, **kwargs)
+    with client.as_current():
+        return read(x, **kwargs)
 
 
 def _all_finished(x: Any) -> bool:
