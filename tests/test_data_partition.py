@@ -437,10 +437,12 @@ def test_a_kernel_result_that_lost_a_chunk_runs_its_call_again(clients):
         np.asarray(C2)
 
 
-def test_a_kernel_result_reads_on_its_own_cluster_when_another_is_the_default(clients):
-    """Two clusters in one session (a notebook cell run twice, a CPU and a gpu-sim cluster side by side):
-    dask reads through the default client, and a result made on the other one failed with "lost
-    dependencies" (its chunks are that cluster's futures), after rerunning its call for nothing."""
+def test_kernels_and_results_use_the_cluster_that_holds_their_data(clients):
+    """Two clusters in one session (a notebook cell run twice, a CPU and a gpu-sim cluster side by side).
+    Dask reads through the default client: a result made on the other one failed with "lost dependencies"
+    (its chunks are that cluster's futures), after rerunning its call for nothing.  A kernel given that
+    cluster's containers with client=None failed too (fft: "a rank was cancelled"; knn: "lost with their
+    worker") or moved them."""
     import warnings
 
     from workbench.partition import WorkerLostWarning
@@ -463,6 +465,18 @@ def test_a_kernel_result_reads_on_its_own_cluster_when_another_is_the_default(cl
             T = (np.diag(d[0]) + np.diag(dl[0], -1) + np.diag(du[0], 1))
             np.testing.assert_allclose(np.asarray(X.persist()), np.linalg.solve(T, b.T).T, rtol=1e-12)
         assert all(r.stats.get("retries", 0) == 0 for r in (F, C, X))
+        # and with client=None a kernel runs where its distributed inputs are, not on the default cluster
+        Ad = wb.distribute(A, client=first)
+        P = np.random.default_rng(6).standard_normal((300, 3))
+        pts = wb.distribute(P, client=first)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", WorkerLostWarning)
+            np.testing.assert_allclose(np.asarray(wb.ifftn(F)), x, rtol=1e-12, atol=1e-12)
+            C2 = wb.spmm(Ad, B)
+            g = wb.knn_graph(pts, 4, exact=True)
+        assert {f.client for f in C2.dask.layers[C2.name].values()} == {first}
+        np.testing.assert_allclose(np.asarray(C2), A @ B, rtol=1e-12)
+        np.testing.assert_array_equal(g.indices, wb.kernels.knn.brute_force_knn(P, 4)[0])
     finally:
         clients(2)
 

@@ -521,8 +521,13 @@ def _hooked(client: Any) -> Iterator[None]:
         yield
 
 
-def default_client(client: Any = None) -> Any:
-    """``client`` or the current default ``distributed.Client`` (``client=None``)."""
+def default_client(client: Any = None, *inputs: Any) -> Any:
+    """``client``; with ``client=None`` the client whose cluster holds the distributed ``inputs`` (row
+    blocks, block grids, kernel results or persisted dask arrays: a second cluster started in the same
+    session, e.g. by a notebook cell run twice, does not take the first one's data from under it), else the
+    current default ``distributed.Client``."""
+    if client is None:
+        client = _client_holding(inputs)
     if client is not None:
         if not (hasattr(client, "submit") and hasattr(client, "sync")):
             raise TypeError(f"client must be a distributed.Client or None, got {type(client).__name__}")
@@ -539,6 +544,26 @@ def default_client(client: Any = None) -> Any:
         raise ValueError(
             "no Dask client: pass client= or start one, e.g. `with wb.cluster() as client:`"
         ) from e
+
+
+def _client_holding(inputs: tuple) -> Any:
+    """The running client of the first future found among the inputs' blocks or chunks, else None."""
+    for x in inputs:
+        if hasattr(x, "parts") and hasattr(x, "offsets"):           # row blocks
+            found = list(x.parts[:1])
+        elif hasattr(x, "blocks") and hasattr(x, "row_offsets"):    # a block grid
+            found = list(x.blocks[0][:1]) if x.blocks else []
+        elif hasattr(x, "dask") and hasattr(x, "name"):               # a dask array: its chunks' top layer
+            try:
+                found = list(x.dask.layers[x.name].values())[:1]
+            except (AttributeError, KeyError, TypeError):
+                found = []
+        else:
+            continue
+        owner = getattr(found[0], "client", None) if found and type(found[0]).__name__ == "Future" else None
+        if owner is not None and getattr(owner, "status", None) == "running":
+            return owner
+    return None
 
 
 def scheduler_identity(client: Any) -> dict:

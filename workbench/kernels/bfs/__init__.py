@@ -160,7 +160,7 @@ def bfs(graph: Any, source: int, *, client: Any = None, partition: str = "auto",
     source : int
         Root vertex.
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
     partition : {"auto", "1d", "2d"}
         ``"1d"``: row blocks, R = P, C = 1 (no fold step).  ``"2d"``: the
         paper's R x C grid.  ``"auto"``: the container's own layout (nothing
@@ -186,7 +186,7 @@ def bfs(graph: Any, source: int, *, client: Any = None, partition: str = "auto",
     """
     t_wall = time.perf_counter()
     n, (R, C) = _check_inputs(graph, [source], partition, grid, direction, alpha, beta, client)
-    client = default_client(client)
+    client = default_client(client, graph)
     G, layout = _placed(graph, client, partition, (R, C))
     _ensure_symmetric(G, client)
     prep = _prepare(G, client, layout)
@@ -421,7 +421,7 @@ def _check_inputs(graph: Any, sources: list, partition: str, grid: Any, directio
         raise ValueError("graph must be symmetric (an undirected graph): its pattern differs from A.T's")
     if P is None:
         from ...cluster import worker_addresses
-        P = len(worker_addresses(default_client(client)))
+        P = len(worker_addresses(default_client(client, graph)))
     if partition == "2d" or (partition == "auto" and isinstance(graph, BlockGrid)):
         RC = tuple(grid) if grid is not None else (graph.grid if isinstance(graph, BlockGrid) else grid_shape(P))
     else:

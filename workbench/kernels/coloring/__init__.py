@@ -114,7 +114,7 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
     distance : {1, 2, "partial2"}
         Kind of coloring.
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
     tie_break : {"degree", "random"}
         Who loses a conflict: the lower-degree vertex (then a hash of the id),
         or the hash alone.
@@ -144,7 +144,7 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
     True
     """
     kind, tie_break = _check_args(graph, distance, tie_break, max_rounds)
-    client = default_client(client)
+    client = default_client(client, graph)
     t0 = time.perf_counter()
     if isinstance(graph, RowBlocks):
         G = graph

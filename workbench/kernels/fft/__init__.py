@@ -105,7 +105,7 @@ def fftn(x: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = No
     workers : list of str, optional
         Worker addresses to run on, in rank order (default: every worker).
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
 
     Returns
     -------
@@ -355,7 +355,7 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
     if rows is not None:
         x = _rows_as_dask(rows)   # what wb.distribute(ndarray) returns: slabs along axis 0, used in place
     x, axes, s, out_dtype = _validate(kind, x, s, axes, norm, decomposition, grid)
-    client = default_client(client)
+    client = default_client(client, x)
     if overlap is None:
         # Overlap needs a second engine to move the data: a GPU's copy engines do, while on CPU
         # workers the copy takes the cores the FFT runs on (512^3 on 2 workers: 2.9 s pipelined,

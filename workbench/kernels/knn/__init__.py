@@ -147,7 +147,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     metric : {"euclidean", "cosine"}
         Cosine returns ``1 - cos(x, y)``; zero rows are rejected.
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
     reference : KNNGraph or ndarray (n, >=k), optional
         Exact neighbour indices; ``stats["recall"]`` is recall@k against them.
     seed : int
@@ -177,7 +177,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     ((2000, 10), True)
     """
     parts, n, d, opts = _validate(X, k, exact, metric, reference, seed, params)
-    client = default_client(client)
+    client = default_client(client, X)
     blocks = as_row_blocks(X, client) if not isinstance(X, RowBlocks) else X
     addrs = list(blocks.workers)
     if len(set(addrs)) != len(addrs):

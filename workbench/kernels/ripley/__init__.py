@@ -170,7 +170,7 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
         and reuse them for every time permutation (default).  ``False``
         searches the pairs again per simulation (ablation).
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
 
     Returns
     -------
@@ -187,7 +187,7 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
     """
     cfg = _validate(points, radii, window, edge_correction, times, time_radii, time_window, n_simulations,
                     seed, partitioning, spatial_index, cache_weights)
-    client = default_client(client)
+    client = default_client(client, points)
     t_start = time.perf_counter()
 
     pts = as_row_blocks(_host_if_array(points), client)

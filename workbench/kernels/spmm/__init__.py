@@ -108,7 +108,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     grid : (R, C), optional
         Tile a host A over an R x C worker grid instead of 1-D row blocks.
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
     return_stats : bool, optional
         Deprecated (a ``DeprecationWarning``): the stats are ``C.stats``.
         ``True`` still returns ``(C, C.stats)``.
@@ -142,7 +142,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     _warn_return_stats("spmm", return_stats)
     check_int("seed", seed, low=0)
     plan = _validate_spmm(A, B, algorithm, grid)
-    client = default_client(client)
+    client = default_client(client, A, B)
     t0 = time.perf_counter()
     lay, a_args, b_args = _place(plan, A, B, client)
     P = lay.size
@@ -201,7 +201,7 @@ def spgemm(A: Any, B: Any, *, client: Any = None, return_stats: bool | None = No
     """
     _warn_return_stats("spgemm", return_stats)
     plan = _validate_spgemm(A, B)
-    client = default_client(client)
+    client = default_client(client, A, B)
     _warm_kernels()
     t0 = time.perf_counter()
     Ad = A if isinstance(A, RowBlocks) else distribute(A, client)

@@ -299,7 +299,7 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
         their numba.cuda twins on GPU and simulated-GPU workers) or
         row-vectorized array-namespace code (numpy or cupy).
     client : distributed.Client, optional
-        Default: the current client.
+        Default: the cluster that holds the distributed inputs, else the current client.
 
     Returns
     -------
@@ -338,7 +338,7 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
     >>> xt = wb.tridiag_solve(o.T, d.T, o.T, da.ones((n, 64)), axis=0, client=client)      # doctest: +SKIP
     """
     spec = _validate_system(dl, d, du, b, periodic, reduced, engine, axis)
-    client = default_client(client)
+    client = default_client(client, d, b, dl, du)
     return _run(spec, client, mode="solve")
 
 
@@ -389,7 +389,7 @@ def compact_derivative(f: Any, h: float, *, axis: int = -1, order: int = 1, peri
     True
     """
     spec = _validate_compact(f, h, order, periodic, reduced, engine, axis)
-    client = default_client(client)
+    client = default_client(client, f)
     return _run(spec, client, mode="compact")
 
 
