@@ -336,6 +336,19 @@ def test_cluster_start_lives_until_close():
         wb.fftn(np.ones((4, 4)), client=client)
 
 
+def test_a_second_local_cluster_says_the_first_still_runs(client, capsys):
+    # a notebook cell that starts a cluster, run twice, left the first one's workers running unseen
+    with wb.cluster("cpu", n_workers=1):
+        err = capsys.readouterr().err
+    assert "note: " in err and client.dashboard_link in err
+    cm = wb.cluster("cpu", n_workers=1, quiet=True)
+    closed = cm.start().dashboard_link
+    cm.close()
+    with wb.cluster("cpu", n_workers=1):
+        err = capsys.readouterr().err
+    assert client.dashboard_link in err and closed not in err   # a closed one is not listed
+
+
 def test_a_close_that_does_not_end_is_bounded_and_kills_the_workers_left():
     # a nanny closed while it restarts a killed worker waits for it with no timeout: the close is bounded
     # and the worker processes left are killed

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -281,6 +282,10 @@ def _restore_distributed_defaults() -> None:
             dask.config.update(dask.config.config, copy.deepcopy(defaults), priority="old")
 
 
+#: The local clusters this process started that are still open (for the note a second one prints).
+_LOCAL_RUNNING: weakref.WeakSet = weakref.WeakSet()
+
+
 class Cluster:
     """A Dask cluster (local or existing) and its client.
 
@@ -335,6 +340,7 @@ class Cluster:
 
     def close(self) -> None:
         """Close the client and, for a local cluster, the cluster (idempotent)."""
+        _LOCAL_RUNNING.discard(self)
         stack, self._stack, self.client = self._stack, None, None
         if stack is not None:
             stack.close()
@@ -424,6 +430,15 @@ class Cluster:
         if not self.quiet:
             print(f"workbench: {backend} cluster with {len(worker_addresses(client))} workers; "
                   f"dashboard {client.dashboard_link}", file=sys.stderr)
+            others = [c for c in _LOCAL_RUNNING if c.client is not None]
+            if others:
+                # a notebook cell that starts a cluster, run twice, leaves the first one's workers holding
+                # cores and memory; its data stays usable there (kernels follow their inputs' cluster)
+                print(f"workbench: note: {len(others)} other local cluster(s) started here still run "
+                      f"({', '.join(c.client.dashboard_link for c in others)}), each with its own workers and memory: "
+                      "close one you no longer use with .close() on the wb.cluster(...) that started it, or "
+                      "restart the kernel", file=sys.stderr)
+        _LOCAL_RUNNING.add(self)
         return client
 
 
