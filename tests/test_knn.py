@@ -160,6 +160,13 @@ def test_distributed_inputs(clients):
     g2 = wb.knn_graph(da.from_array(X, chunks=(100, 8)), K, exact=True, client=client)
     np.testing.assert_array_equal(g1.indices, ref.indices)
     np.testing.assert_array_equal(g2.indices, ref.indices)
+    # what numpy takes, as numpy takes it: a list, a pandas frame (both refused as "not array-like")
+    import pandas as pd
+
+    for like in (X.tolist(), pd.DataFrame(X)):
+        np.testing.assert_array_equal(wb.knn_graph(like, K, exact=True, client=client).indices, ref.indices)
+    with pytest.raises(TypeError, match="X must be an array of numbers"):
+        wb.knn_graph([[0.0, 1.0], [2.0]], 1, client=client)
 
 
 @pytest.mark.parametrize("scale, dtype", [(1e200, np.float64), (1e-200, np.float64), (2.0 ** 70, np.float32),

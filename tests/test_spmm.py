@@ -106,6 +106,8 @@ def test_spmm_distributed_inputs(clients):
     for Ain, Bin, algorithm in cases:
         C = wb.spmm(Ain, Bin, algorithm=algorithm, client=client)
         np.testing.assert_allclose(np.asarray(C), ref, rtol=1e-12, atol=1e-12)
+    # B as numpy takes it (A @ B takes a list)
+    np.testing.assert_allclose(np.asarray(wb.spmm(G, B.tolist(), client=client)), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_spmm_rmat_distributed_generator(clients):

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..cluster import chosen_workers, default_client, worker_addresses
-from .args import check_bool, check_int
+from .args import as_array, check_bool, check_int
 from .pattern import check_symmetric, edge_pattern, pattern_symmetric
 from .pattern import pattern_hashes as pattern_hashes
 from .pattern import splitmix64 as splitmix64
@@ -94,6 +94,7 @@ __all__ = [
     "check_entries",
     "check_symmetric",
     "check_int",
+    "as_array",
     "check_bool",
     "pattern_symmetric",
     "edge_pattern",

@@ -1,6 +1,7 @@
 """Argument checks every public function shares, so each says the same thing about the same mistake:
 ``check_int`` refuses a bool or a float where an int counts something (``True`` or ``1.5`` ran as 1),
-``check_bool`` a string where a flag is wanted (``"no"`` ran as true).
+``check_bool`` a string where a flag is wanted (``"no"`` ran as true); ``as_array`` takes what numpy takes
+(a list, a pandas frame) where an array is wanted.
 
 Examples
 --------
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_int", "check_bool"]
+__all__ = ["check_int", "check_bool", "as_array"]
 
 
 def check_int(name: str, value: Any, *, low: int | None = None) -> int:
@@ -29,6 +30,32 @@ def check_int(name: str, value: Any, *, low: int | None = None) -> int:
     if low is not None and value < low:
         raise ValueError(f"{name} must be >= {low}, got {value!r}")
     return int(value)
+
+
+def as_array(name: str, value: Any) -> Any:
+    """Lists, tuples and array-likes without ``shape`` and ``dtype`` (a pandas DataFrame) as numpy arrays, as
+    numpy functions take them; arrays (numpy, cupy, sparse, dask) and distributed containers as they are.
+
+    Examples
+    --------
+    >>> as_array("X", [[0.0, 1.0], [2.0, 3.0]]).shape
+    (2, 2)
+    >>> as_array("X", [[0.0], [1.0, 2.0]])
+    Traceback (most recent call last):
+        ...
+    TypeError: X must be an array of numbers, got a ragged or non-numeric list
+    """
+    if isinstance(value, list | tuple) or (hasattr(value, "__array__") and not (hasattr(value, "shape")
+                                                                             and hasattr(value, "dtype"))):
+        try:
+            arr = np.asarray(value)
+        except ValueError:            # ragged nesting
+            arr = np.asarray(value, dtype=object)
+        if arr.dtype == object:
+            raise TypeError(f"{name} must be an array of numbers, got a ragged or non-numeric "
+                            f"{type(value).__name__}")
+        return arr
+    return value
 
 
 def check_bool(name: str, value: Any) -> bool:

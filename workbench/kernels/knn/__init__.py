@@ -73,7 +73,7 @@ import numpy as np
 from ... import comms
 from ...backend import namespace, to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, as_row_blocks, check_bool, check_int, known_chunks, resilient
+from ...partition import RowBlocks, as_array, as_row_blocks, check_bool, check_int, known_chunks, resilient
 from .cpu import _count_hits, _scan_kernel
 from .ranks import EXACT_TILES, _approx_rank, _exact_rank, _new_lists, scale_exponent
 
@@ -137,7 +137,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
 
     Parameters
     ----------
-    X : ndarray (n, d), dask array or :class:`~workbench.partition.RowBlocks`
+    X : array_like (n, d), dask array or :class:`~workbench.partition.RowBlocks`
         Points (float32 or float64; integers run in float64).  Host arrays are split into one row block
         per worker; distributed inputs are used where they are.
     k : int
@@ -176,6 +176,7 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     >>> g.indices.shape, bool((np.diff(g.distances, axis=1) >= 0).all())      # doctest: +SKIP
     ((2000, 10), True)
     """
+    X = as_array("X", X)
     parts, n, d, opts = _validate(X, k, exact, metric, reference, seed, params)
     client = default_client(client, X)
     blocks = as_row_blocks(X, client) if not isinstance(X, RowBlocks) else X

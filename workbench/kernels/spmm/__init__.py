@@ -62,6 +62,7 @@ from ...partition import (
     _scatter_all,
     all_finite,
     array_of,
+    as_array,
     block_offsets,
     check_bool,
     check_int,
@@ -98,7 +99,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     A : scipy.sparse matrix, RowBlocks or BlockGrid (kind "csr")
         Host input is distributed first (1-D row blocks, or a grid when
         ``grid`` is given); distributed input stays where it is.
-    B : ndarray, dask array or dense RowBlocks, 2-D (n x k)
+    B : array_like, dask array or dense RowBlocks, 2-D (n x k)
         With 1-D A, a dask array's row chunks are used where they live (any
         row chunking; columns are joined into one chunk first), a dense
         RowBlocks on A's workers is used in place, and a host array is split
@@ -141,6 +142,7 @@ def spmm(A: Any, B: Any, *, algorithm: str = "auto", grid: tuple[int, int] | Non
     """
     _warn_return_stats("spmm", return_stats)
     check_int("seed", seed, low=0)
+    B = as_array("B", B)
     plan = _validate_spmm(A, B, algorithm, grid)
     client = default_client(client, A, B)
     t0 = time.perf_counter()
