@@ -65,40 +65,11 @@ from .placement import _literal as _literal
 from .placement import _result_type as _result_type
 from .placement import as_block as as_block
 
-__all__ = [
-    "RowBlocks",
-    "BlockGrid",
-    "distribute",
-    "block_offsets",
-    "owner_of",
-    "grid_shape",
-    "rows_of",
-    "chunk_sources",
-    "compute_all",
-    "array_of",
-    "move_keys",
-    "persist",
-    "as_row_blocks",
-    "Lineage",
-    "TaskLineage",
-    "GraphLineage",
-    "HostLineage",
-    "WorkerLostWarning",
-    "WorkerMemoryError",
-    "repair",
-    "spread",
-    "check_one_per_worker",
-    "resilient",
-    "lost_parts",
-    "await_workers",
-    "check_entries",
-    "check_symmetric",
-    "check_int",
-    "as_array",
-    "check_bool",
-    "pattern_symmetric",
-    "edge_pattern",
-]
+__all__ = ["RowBlocks", "BlockGrid", "distribute", "block_offsets", "owner_of", "grid_shape", "rows_of",
+           "chunk_sources", "compute_all", "array_of", "move_keys", "persist", "as_row_blocks", "Lineage",
+           "TaskLineage", "GraphLineage", "HostLineage", "WorkerLostWarning", "WorkerMemoryError", "repair",
+           "spread", "check_one_per_worker", "resilient", "lost_parts", "await_workers", "check_entries",
+           "check_symmetric", "check_int", "as_array", "check_bool", "pattern_symmetric", "edge_pattern"]
 
 
 def block_offsets(n: int, n_parts: int) -> np.ndarray:
