@@ -457,7 +457,7 @@ def test_kernels_and_results_use_the_cluster_that_holds_their_data(clients):
     b = np.random.default_rng(5).standard_normal((4, 64))
     X = wb.tridiag_solve(dl, d, du, b, client=first)
     try:
-        clients(3)                                        # the other cluster is now the default client
+        other = clients(3)                                # the other cluster is now the default client
         with warnings.catch_warnings():
             warnings.simplefilter("error", WorkerLostWarning)   # nothing is lost: nothing reruns
             np.testing.assert_allclose(np.asarray(F), np.fft.fftn(x), rtol=1e-12, atol=1e-12)
@@ -474,7 +474,15 @@ def test_kernels_and_results_use_the_cluster_that_holds_their_data(clients):
             np.testing.assert_allclose(np.asarray(wb.ifftn(F)), x, rtol=1e-12, atol=1e-12)
             C2 = wb.spmm(Ad, B)
             g = wb.knn_graph(pts, 4, exact=True)
+            r = wb.bfs(Ad, 0)
         assert {f.client for f in C2.dask.layers[C2.name].values()} == {first}
+        assert {f.client for f in Ad.parts} == {first} and r.stats["retries"] == 0   # not moved to the other
+        # the other cluster's client passed with them is a mistake said up front (it was a "lost" partition
+        # rebuilt there from the host copy, or "Futures cancelled")
+        for call in (lambda: wb.bfs(Ad, 0, client=other), lambda: wb.spmm(Ad, B, client=other),
+                     lambda: wb.ifftn(F, client=other), lambda: wb.knn_graph(pts, 4, client=other)):
+            with pytest.raises(ValueError, match="held by another cluster"):
+                call()
         np.testing.assert_allclose(np.asarray(C2), A @ B, rtol=1e-12)
         np.testing.assert_array_equal(g.indices, wb.kernels.knn.brute_force_knn(P, 4)[0])
     finally:

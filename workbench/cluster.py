@@ -540,9 +540,16 @@ def default_client(client: Any = None, *inputs: Any) -> Any:
     """``client``; with ``client=None`` the client whose cluster holds the distributed ``inputs`` (row
     blocks, block grids, kernel results or persisted dask arrays: a second cluster started in the same
     session, e.g. by a notebook cell run twice, does not take the first one's data from under it), else the
-    current default ``distributed.Client``."""
+    current default ``distributed.Client``.  A ``client`` of another cluster than the one holding the inputs
+    is a ``ValueError``."""
+    holder = _client_holding(inputs) if inputs else None
     if client is None:
-        client = _client_holding(inputs)
+        client = holder
+    elif holder is not None and _scheduler_of(holder) != _scheduler_of(client):
+        # said here, not as a "lost" partition rebuilt from the host copy or "Futures cancelled" on the other
+        raise ValueError(f"the distributed inputs are held by another cluster (scheduler {_scheduler_of(holder)}) "
+                         f"than the client passed (scheduler {_scheduler_of(client)}): pass client=None or that "
+                         "cluster's client, or wb.distribute the host data on this one")
     if client is not None:
         if not (hasattr(client, "submit") and hasattr(client, "sync")):
             raise TypeError(f"client must be a distributed.Client or None, got {type(client).__name__}")
@@ -559,6 +566,10 @@ def default_client(client: Any = None, *inputs: Any) -> Any:
         raise ValueError(
             "no Dask client: pass client= or start one, e.g. `with wb.cluster() as client:`"
         ) from e
+
+
+def _scheduler_of(client: Any) -> str | None:
+    return getattr(getattr(client, "scheduler", None), "address", None)
 
 
 def _client_holding(inputs: tuple) -> Any:

@@ -940,7 +940,7 @@ def resilient(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         bound = sig.bind_partial(*args, **kwargs)
         try:
-            client = default_client(bound.arguments.get("client"))
+            client = default_client(bound.arguments.get("client"), *bound.arguments.values())
         except (TypeError, ValueError):   # no client (or not one): the call validates its arguments first,
             # then says so itself
             return fn(*args, **kwargs)
