@@ -579,11 +579,10 @@ def _client_holding(inputs: tuple) -> Any:
             found = list(x.parts[:1])
         elif hasattr(x, "blocks") and hasattr(x, "row_offsets"):    # a block grid
             found = list(x.blocks[0][:1]) if x.blocks else []
-        elif hasattr(x, "dask") and hasattr(x, "name"):               # a dask array: its chunks' top layer
-            try:
-                found = list(x.dask.layers[x.name].values())[:1]
-            except (AttributeError, KeyError, TypeError):
-                found = []
+        elif hasattr(x, "dask") and hasattr(x, "name"):               # a persisted dask array: its chunks
+            layer = getattr(getattr(x, "dask", None), "layers", {}).get(x.name)
+            # a lazy layer (Blockwise, ...) holds no futures, and listing it would build every task
+            found = [next(iter(layer.values()), None)] if type(layer).__name__ == "MaterializedLayer" else []
         else:
             continue
         owner = getattr(found[0], "client", None) if found and type(found[0]).__name__ == "Future" else None
