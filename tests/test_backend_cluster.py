@@ -318,10 +318,13 @@ def test_gpu_sim_needs_one_thread_per_worker():
 def test_cluster_start_lives_until_close():
     cm = wb.cluster("cpu", n_workers=1, quiet=True)
     assert "not started" in repr(cm)
+    with pytest.raises(ValueError, match="was not started"):          # the cluster object passed as client=
+        wb.fftn(np.ones((4, 4)), client=cm)
     with dask.config.set({"distributed.worker.profile.interval": "20ms",
                           "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 131072}):
         client = cm.start()
     assert cm.start() is client                    # idempotent
+    assert np.asarray(wb.fftn(np.ones((4, 4)), client=cm))[0, 0] == 16   # started: its client runs it
     assert client.submit(lambda: 41 + 1).result() == 42
     # a profile interval the user chose reaches the workers unchanged
     assert list(client.run(dask.config.get, "distributed.worker.profile.interval").values()) == ["20ms"]

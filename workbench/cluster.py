@@ -542,6 +542,11 @@ def default_client(client: Any = None, *inputs: Any) -> Any:
     session, e.g. by a notebook cell run twice, does not take the first one's data from under it), else the
     current default ``distributed.Client``.  A ``client`` of another cluster than the one holding the inputs
     is a ``ValueError``."""
+    if isinstance(client, Cluster):     # wb.cluster(...) itself, not the client its start() returned
+        if client.client is None:
+            raise ValueError("client is a wb.cluster(...) that was not started: pass the client that "
+                             "`with wb.cluster(...) as client:` or `.start()` gives")
+        client = client.client
     holder = _client_holding(inputs) if inputs else None
     if client is None:
         client = holder
