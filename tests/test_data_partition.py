@@ -500,3 +500,23 @@ def test_options_a_placed_input_ignores_are_said(clients):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert wb.distribute(X, client=client) is X
+
+
+def test_every_result_carries_the_common_stats(client):
+    # DESIGN's one result convention: every kernel's .stats names the path that ran, the wall seconds, the
+    # bytes moved and the retries (graph500 had no "seconds")
+    A = wb.data.rmat(8, seed=1)
+    G = wb.distribute(A, client=client)
+    P = np.random.default_rng(0).random((300, 2))
+    d, o, b = np.full((3, 40), 4.0), np.ones((3, 39)), np.ones((3, 40))
+    results = {"bfs": wb.bfs(G, 0, client=client), "color": wb.color(G, client=client),
+               "knn_graph": wb.knn_graph(P, 3, client=client),
+               "ripley_k": wb.ripley_k(P, [0.01, 0.1], window=(0, 1, 0, 1), client=client),
+               "spmm": wb.spmm(G, np.ones((A.shape[0], 2)), client=client), "spgemm": wb.spgemm(A, A, client=client),
+               "tridiag_solve": wb.tridiag_solve(o, d, o, b, client=client),
+               "compact_derivative": wb.compact_derivative(np.sin(np.linspace(0, 6, 64)), 0.1, client=client),
+               "fftn": wb.fftn(np.ones((8, 8)), client=client), "graph500": wb.graph500(7, n_roots=2, client=client)}
+    for name, r in results.items():
+        missing = {"backend", "seconds", "bytes_moved", "retries"} - set(r.stats)
+        assert not missing, f"{name}: .stats lacks {sorted(missing)}"
+        assert r.stats["backend"] == "cpu" and r.stats["seconds"] > 0 and r.stats["retries"] == 0, name
