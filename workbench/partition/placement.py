@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import backend_of, worker_addresses
+from ..cluster import _client_holding, backend_of, worker_addresses
 
 __all__ = ["as_block", "chunk_sources", "compute_all", "persist", "array_of", "known_chunks", "move_keys",
            "remember_call", "make_again_if_lost", "CallLineage"]
@@ -372,9 +372,8 @@ def _on_own_client(x: Any, read: Callable, kwargs: dict) -> Any:
     """``read(x, **kwargs)`` through the client whose futures are ``x``'s chunks: dask reads through the
     default client, and a result made on another cluster (a second one started in the same notebook,
     a CPU and a gpu-sim cluster side by side) failed there with "lost dependencies"."""
-    futures = _own_futures(x)
-    client = getattr(futures[0], "client", None) if futures else None
-    if client is None or "scheduler" in kwargs or client.status not in ("running", "newly-created"):
+    client = _client_holding((x,))
+    if client is None or "scheduler" in kwargs:
         return read(x, **kwargs)
     with client.as_current():
         return read(x, **kwargs)
