@@ -167,6 +167,9 @@ def test_distributed_inputs(clients):
         np.testing.assert_array_equal(wb.knn_graph(like, K, exact=True, client=client).indices, ref.indices)
     with pytest.raises(TypeError, match="X must be an array of numbers"):
         wb.knn_graph([[0.0, 1.0], [2.0]], 1, client=client)
+    dd = pytest.importorskip("dask.dataframe")
+    with pytest.raises(TypeError, match="to_dask_array"):       # was "int() argument must be ... not 'Scalar'"
+        wb.knn_graph(dd.from_pandas(pd.DataFrame(X), npartitions=2), K, client=client)
 
 
 @pytest.mark.parametrize("scale, dtype", [(1e200, np.float64), (1e-200, np.float64), (2.0 ** 70, np.float32),

@@ -45,6 +45,11 @@ def as_array(name: str, value: Any) -> Any:
         ...
     TypeError: X must be an array of numbers, got a ragged or non-numeric list
     """
+    if hasattr(value, "dask"):      # a dask collection: np.asarray would compute it here, in the client
+        if not hasattr(value, "chunks"):
+            raise TypeError(f"{name} must be an array or a dask array, got a {type(value).__name__} (a dask "
+                            "DataFrame gives its array with .to_dask_array(lengths=True))")
+        return value
     if isinstance(value, list | tuple) or (hasattr(value, "__array__") and not (hasattr(value, "shape")
                                                                              and hasattr(value, "dtype"))):
         try:
