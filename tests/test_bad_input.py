@@ -113,6 +113,14 @@ def _dask(x, chunks):
     return da.from_array(x, chunks=chunks)
 
 
+def _frame(x):
+    """``x`` as a dask DataFrame (a dask collection that is not an array)."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    return dd.from_pandas(pd.DataFrame(np.asarray(x).reshape(len(x), -1)), npartitions=2)
+
+
 def _unknown_chunks(x):
     """``x`` as a dask array whose chunk sizes dask does not know (rows picked by a mask)."""
     a = _dask(x, max(1, len(x) // 3))
@@ -198,6 +206,8 @@ KNN = [
 
 _W = (0, 1, 0, 1)
 RIPLEY = [
+    Case("dask-dataframe", lambda c, d: wb.ripley_k(_frame(d.pts), [0.1], window=_W, client=c), TypeError,
+         r"\bpoints\b.*to_dask_array"),
     Case("unknown-chunks", lambda c, d: wb.ripley_k(_unknown_chunks(d.pts), [0.1], window=_W, client=c), ValueError,
          r"\bpoints\b.*unknown chunk sizes"),
     Case("negative-radii", lambda c, d: wb.ripley_k(d.pts, [-0.1, 0.1], window=_W, client=c), ValueError,
@@ -241,6 +251,7 @@ RIPLEY = [
 ]
 
 SPMM = [
+    Case("dask-dataframe-B", lambda c, d: wb.spmm(d.A, _frame(d.B), client=c), TypeError, r"\bB\b.*to_dask_array"),
     Case("inner-dims", lambda c, d: wb.spmm(d.A, d.B[:-1], client=c), ValueError, r"\bA\b.*\bB\b"),
     Case("nan-B", lambda c, d: wb.spmm(d.A, _with(d.B, (2, 2), np.nan), client=c), ValueError, r"\bB\b"),
     Case("inf-A", lambda c, d: wb.spmm(_sparse_with(d.A, np.inf), d.B, client=c), ValueError, r"\bA\b"),
@@ -262,6 +273,8 @@ SPMM = [
 ]
 
 TRIDIAG = [
+    Case("dask-dataframe-b", lambda c, d: wb.tridiag_solve(*_tri(d)[:3], _frame(d.tri[3]), client=c), TypeError,
+         r"\bb\b.*to_dask_array"),
     Case("nan-d", lambda c, d: wb.tridiag_solve(*_tri(d, d=_with(d.tri[1], 3, np.nan)), client=c), ValueError,
          r"\bd\b"),
     Case("inf-b", lambda c, d: wb.tridiag_solve(*_tri(d, b=_with(d.tri[3], 7, np.inf)), client=c), ValueError,
@@ -297,6 +310,7 @@ TRIDIAG = [
 ]
 
 FFT = [
+    Case("dask-dataframe", lambda c, d: wb.fftn(_frame(d.x3[:, :, 0]), client=c), TypeError, r"\bx\b.*to_dask_array"),
     Case("axes", lambda c, d: wb.fftn(d.x3, axes=(0, 5), client=c), ValueError, r"\baxes\b"),
     Case("axes-repeated", lambda c, d: wb.fftn(d.x3, axes=(0, 0), client=c), ValueError, r"\baxes\b"),
     Case("norm", lambda c, d: wb.fftn(d.x3, norm="unitary", client=c), ValueError, r"\bnorm\b"),
@@ -320,6 +334,7 @@ FFT = [
 ]
 
 DISTRIBUTE = [
+    Case("dask-dataframe", lambda c, d: wb.distribute(_frame(d.X), client=c), TypeError, r"\bobj\b.*to_dask_array"),
     Case("string", lambda c, d: wb.distribute("matrix.mtx", client=c), TypeError, r"\bobj\b"),
     Case("none", lambda c, d: wb.distribute(None, client=c), TypeError, r"\bobj\b"),
     Case("scalar", lambda c, d: wb.distribute(np.float64(3.0), client=c), ValueError, r"\bobj\b"),

@@ -165,7 +165,7 @@ def test_distributed_inputs(clients):
 
     for like in (X.tolist(), pd.DataFrame(X)):
         np.testing.assert_array_equal(wb.knn_graph(like, K, exact=True, client=client).indices, ref.indices)
-    with pytest.raises(TypeError, match="X must be an array of numbers"):
+    with pytest.raises(ValueError, match="X is a ragged list"):
         wb.knn_graph([[0.0, 1.0], [2.0]], 1, client=client)
     dd = pytest.importorskip("dask.dataframe")
     with pytest.raises(TypeError, match="to_dask_array"):       # was "int() argument must be ... not 'Scalar'"

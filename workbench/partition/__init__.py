@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..cluster import chosen_workers, default_client, worker_addresses
-from .args import as_array, check_bool, check_int
+from .args import as_array, check_bool, check_int, refuse_dask_collection
 from .pattern import check_symmetric, edge_pattern, pattern_symmetric
 from .pattern import pattern_hashes as pattern_hashes
 from .pattern import splitmix64 as splitmix64
@@ -474,6 +474,7 @@ def _keeps_source(fn: Callable) -> Callable:
             raise ValueError(f"replicas must be a positive int, got {replicas!r}")
         if kwargs.get("partition", "1d") not in ("1d", "2d"):   # whatever obj is (a placed one too)
             raise ValueError(f"partition must be '1d' or '2d', got {kwargs['partition']!r}")
+        refuse_dask_collection("obj", obj)
         if isinstance(obj, RowBlocks | BlockGrid) or _is_dask(obj):
             ignored = sorted(k for k in ("grid", "n_parts", "workers") if kwargs.get(k) is not None)
             if ignored:   # a distributed input is used where it lies

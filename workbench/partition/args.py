@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_int", "check_bool", "as_array"]
+__all__ = ["check_int", "check_bool", "as_array", "refuse_dask_collection"]
 
 
 def check_int(name: str, value: Any, *, low: int | None = None) -> int:
@@ -43,24 +43,29 @@ def as_array(name: str, value: Any) -> Any:
     >>> as_array("X", [[0.0], [1.0, 2.0]])
     Traceback (most recent call last):
         ...
-    TypeError: X must be an array of numbers, got a ragged or non-numeric list
+    ValueError: X is a ragged list (rows of different lengths)
     """
     if hasattr(value, "dask"):      # a dask collection: np.asarray would compute it here, in the client
-        if not hasattr(value, "chunks"):
-            raise TypeError(f"{name} must be an array or a dask array, got a {type(value).__name__} (a dask "
-                            "DataFrame gives its array with .to_dask_array(lengths=True))")
+        refuse_dask_collection(name, value)
         return value
     if isinstance(value, list | tuple) or (hasattr(value, "__array__") and not (hasattr(value, "shape")
                                                                              and hasattr(value, "dtype"))):
         try:
             arr = np.asarray(value)
-        except ValueError:            # ragged nesting
-            arr = np.asarray(value, dtype=object)
+        except ValueError:            # numpy's "inhomogeneous shape"
+            raise ValueError(f"{name} is a ragged {type(value).__name__} (rows of different lengths)") from None
         if arr.dtype == object:
-            raise TypeError(f"{name} must be an array of numbers, got a ragged or non-numeric "
-                            f"{type(value).__name__}")
+            raise TypeError(f"{name} must be an array of numbers, got a {type(value).__name__} of objects")
         return arr
     return value
+
+
+def refuse_dask_collection(name: str, value: Any) -> None:
+    """A ``TypeError`` naming ``name`` for a dask collection that is not a dask array (a dask DataFrame): the
+    kernels read arrays' chunks where they lie, and np.asarray would compute the whole of it in the client."""
+    if hasattr(value, "dask") and not hasattr(value, "chunks"):
+        raise TypeError(f"{name} must be an array or a dask array, got a {type(value).__name__} (a dask "
+                        "DataFrame gives its array with .to_dask_array(lengths=True))")
 
 
 def check_bool(name: str, value: Any) -> bool:

@@ -51,6 +51,7 @@ from ...partition import (
     RowBlocks,
     _scatter_all,
     array_of,
+    as_array,
     block_offsets,
     check_int,
     known_chunks,
@@ -351,6 +352,7 @@ def _transform(kind: str, x: Any, s: Any, axes: Any, norm: Any, decomposition: s
 
     if overlap is not None and not isinstance(overlap, bool | np.bool_):
         raise TypeError(f"overlap must be True, False or None (auto), got {overlap!r}")
+    x = as_array("x", x)
     rows = x if isinstance(x, RowBlocks | BlockGrid) else None
     if rows is not None:
         x = _rows_as_dask(rows)   # what wb.distribute(ndarray) returns: slabs along axis 0, used in place

@@ -64,7 +64,7 @@ import numpy as np
 from ... import comms
 from ...backend import to_host
 from ...cluster import default_client
-from ...partition import RowBlocks, _scatter_all, as_row_blocks, check_entries, resilient
+from ...partition import RowBlocks, _scatter_all, as_array, as_row_blocks, check_entries, resilient
 from .cpu import MAX_WEIGHT
 from .ranks import _ripley_rank, tile_bounds
 
@@ -185,6 +185,8 @@ def ripley_k(points: Any, radii: Sequence[float] | np.ndarray, *, window: Sequen
     >>> float(res.l[-1])                                                  # doctest: +SKIP
     0.1000...
     """
+    points = as_array("points", points)
+    times = None if times is None else as_array("times", times)
     cfg = _validate(points, radii, window, edge_correction, times, time_radii, time_window, n_simulations,
                     seed, partitioning, spatial_index, cache_weights)
     client = default_client(client, points)

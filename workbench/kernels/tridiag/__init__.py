@@ -181,6 +181,7 @@ from ...partition import (
     _literal,
     _scatter_all,
     array_of,
+    as_array,
     block_offsets,
     chunk_sources,
     compute_all,
@@ -337,6 +338,7 @@ def tridiag_solve(dl: Any, d: Any, du: Any, b: Any, *, axis: int = -1, periodic:
     >>> x = wb.tridiag_solve(o, d, o, da.ones((64, n), chunks=(64, 500)), client=client)   # doctest: +SKIP
     >>> xt = wb.tridiag_solve(o.T, d.T, o.T, da.ones((n, 64)), axis=0, client=client)      # doctest: +SKIP
     """
+    dl, d, du, b = (as_array(name, v) for name, v in zip(("dl", "d", "du", "b"), (dl, d, du, b), strict=True))
     spec = _validate_system(dl, d, du, b, periodic, reduced, engine, axis)
     client = default_client(client, d, b, dl, du)
     return _run(spec, client, mode="solve")
@@ -388,6 +390,7 @@ def compact_derivative(f: Any, h: float, *, axis: int = -1, order: int = 1, peri
     >>> float(np.abs(np.asarray(df) - np.cos(x)).max()) < 1e-8               # doctest: +SKIP
     True
     """
+    f = as_array("f", f)
     spec = _validate_compact(f, h, order, periodic, reduced, engine, axis)
     client = default_client(client, f)
     return _run(spec, client, mode="compact")
