@@ -579,6 +579,8 @@ def _scheduler_of(client: Any) -> str | None:
 
 def _client_holding(inputs: tuple) -> Any:
     """The running client of the first future found among the inputs' blocks or chunks, else None."""
+    from distributed import Future
+
     for x in inputs:
         if hasattr(x, "parts") and hasattr(x, "offsets"):           # row blocks
             found = list(x.parts[:1])
@@ -590,7 +592,7 @@ def _client_holding(inputs: tuple) -> Any:
             found = [next(iter(layer.values()), None)] if type(layer).__name__ == "MaterializedLayer" else []
         else:
             continue
-        owner = getattr(found[0], "client", None) if found and type(found[0]).__name__ == "Future" else None
+        owner = found[0].client if found and isinstance(found[0], Future) else None
         if owner is not None and getattr(owner, "status", None) == "running":
             return owner
     return None
