@@ -82,8 +82,8 @@ __all__ = ["KNNGraph", "knn_graph", "recall", "validate_knn", "gaussian_mixture"
 _METRICS = ("euclidean", "cosine")
 # n_probe caps the cells searched per point; the bisector bound usually stops
 # sooner on clustered data (the query's own cluster), the cap binds on uniform data.
-# 4 k-means iterations (not 8): the bound keeps recall, the cells only set the cost
-_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 16, "groups": 1, "kmeans_iter": 4, "kmeans_sample": 20000,
+# 4 k-means iterations (not 8) on 64 points a cell: the bound keeps recall, the cells only set the cost
+_APPROX_DEFAULTS = {"n_cells": None, "n_probe": 16, "groups": 1, "kmeans_iter": 4, "kmeans_sample": None,
                     "reverse": True, "local_join": 2}
 _EXACT_DEFAULTS = {"margin": None, "tile_rows": EXACT_TILES[0], "tile_cols": EXACT_TILES[1], "engine": "auto",
                    "prune": True}
@@ -162,7 +162,8 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
         k-means cells, default ``~sqrt(n)/2``), ``n_probe`` (most cells searched per point, its own
         included, 16), ``local_join`` (NN-descent joins for the points whose probe cap may have cut
         their list short, 2; 0 disables), ``groups`` (G: merge until this many groups remain, 1),
-        ``kmeans_iter``, ``kmeans_sample``, ``reverse``.  A point that its probed cells and the joins
+        ``kmeans_iter`` (Lloyd iterations, 4), ``kmeans_sample`` (points they run on, default 64 a cell and
+        at most 20000), ``reverse``.  A point that its probed cells and the joins
         leave with fewer than k neighbours (few points a cell) gets its exact list
         (``stats["exact_fill"]`` counts them), so every row holds k neighbours.
 
@@ -385,11 +386,11 @@ def _validate(X: Any, k: Any, exact: Any, metric: Any, reference: Any, seed: Any
         check_bool("reverse", opts["reverse"])
     if not exact and (not isinstance(opts["local_join"], int | np.integer) or opts["local_join"] < 0):
         raise ValueError(f"local_join must be an int >= 0, got {opts['local_join']!r}")
-    for name in ("margin", "n_cells"):
+    for name in ("margin", "n_cells", "kmeans_sample"):
         v = opts.get(name)
         if v is not None and (not isinstance(v, int | np.integer) or v < (0 if name == "margin" else 1)):
             raise ValueError(f"{name} must be a positive int or None, got {v!r}")
-    for name in ("tile_rows", "tile_cols", "n_probe", "groups", "kmeans_iter", "kmeans_sample"):
+    for name in ("tile_rows", "tile_cols", "n_probe", "groups", "kmeans_iter"):
         v = opts.get(name)
         if name in opts and (not isinstance(v, int | np.integer) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")

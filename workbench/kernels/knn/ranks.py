@@ -37,6 +37,9 @@ def scale_exponent(amax: float) -> int:
     return int(np.frexp(amax)[1])
 
 
+#: The most points k-means samples by default (64 a cell below that).
+_KMEANS_SAMPLE = 20000
+
 #: The exact pass's tiles (rows of queries, columns of candidates): knn_graph's defaults, and the exact fill's.
 EXACT_TILES = (256, 2048)
 
@@ -391,7 +394,10 @@ def _approx_rank(comm: Any, arg: tuple, n: int, k: int, metric: str, opts: dict,
     # global cells: distributed Lloyd k-means, every rank ends with the same centroids
     C = int(opts["n_cells"] or max(1, round(math.sqrt(n) / 2)))
     C = min(C, n)
-    cent = _kmeans(comm, Xc, C, int(opts["kmeans_iter"]), int(opts["kmeans_sample"]), seed, counters)
+    # 64 points a cell place the centroids as well as 20000 do (the same distance evaluations after), and at
+    # 20000 points k-means took half the call
+    sample = int(opts["kmeans_sample"] or min(_KMEANS_SAMPLE, 64 * C))
+    cent = _kmeans(comm, Xc, C, int(opts["kmeans_iter"]), sample, seed, counters)
     probes, bounds = _cell_probes(Xc, cent, int(opts["n_probe"]))
     labels = probes[:, 0]
     t_kmeans = time.perf_counter() - t0
@@ -704,14 +710,36 @@ def _cell_sums(X: Any, lab: Any, cnt: Any) -> Any:
     return sums
 
 
-def _assign(Xc: Any, cent: np.ndarray, near: Any = None) -> Any:
-    """Nearest centroid of each row (``cent`` on the host, moved to the rows' device); ``near``: a centroid
-    near each row to compute about (see :func:`_scores_about_cells`)."""
+def _assign(Xc: Any, cent: np.ndarray, near: Any = None, tile: int = 8192) -> Any:
+    """Nearest centroid of each row for the Lloyd rounds (``cent`` on the host, moved to the rows' device).
+
+    Ranked about a centroid ``a`` near each row: ``|x - c_j|^2`` less a row's constant is
+    ``|c_j - c_a|^2 - 2 (x - c_a).c_j`` (the first term in float64), whose float32 error grows with
+    ``|x - c_a| |c_j|``, not ``|x|^2`` (see :func:`_scores_about_cells`), in one product for all rows.
+    ``near``: last round's labels, else each row's nearest centroid about the global mean."""
     xp = namespace(Xc)
-    out = xp.empty(Xc.shape[0], dtype=xp.int64)
-    for rows, D in _scores_about_cells(Xc, cent, near):
-        out[rows] = xp.argmin(D, axis=1)
+    nl = Xc.shape[0]
+    cg = xp.asarray(cent.astype(np.float32))
+    apart = xp.asarray(_centroid_gaps2(cent).astype(np.float32))
+    out = xp.empty(nl, dtype=xp.int64)
+    for s in range(0, nl, tile):
+        x = Xc[s:s + tile]
+        a = _nearest_about_mean(x, cg) if near is None else near[s:s + tile]
+        out[s:s + tile] = xp.argmin(apart[a] - 2.0 * ((x - cg[a]) @ cg.T), axis=1)
     return out
+
+
+def _centroid_gaps2(cent: np.ndarray) -> np.ndarray:
+    """Squared distances between the centroids (host, float64)."""
+    c64 = cent.astype(np.float64)
+    cn = (c64 * c64).sum(axis=1)
+    return np.maximum(cn[:, None] + cn[None, :] - 2.0 * (c64 @ c64.T), 0.0)
+
+
+def _nearest_about_mean(x: Any, cg: Any) -> Any:
+    """Each row's nearest float32 centroid by ``|c_j|^2 - 2 x.c_j``: a first guess, coarse far from the mean."""
+    xp = namespace(x)
+    return xp.argmin((cg * cg).sum(axis=1)[None, :] - 2.0 * (x @ cg.T), axis=1)
 
 
 def _cell_probes(Xc: Any, cent: np.ndarray, n_probe: int) -> tuple[Any, Any]:
@@ -723,9 +751,7 @@ def _cell_probes(Xc: Any, cent: np.ndarray, n_probe: int) -> tuple[Any, Any]:
     xp = namespace(Xc)
     nl, C = Xc.shape[0], cent.shape[0]
     p = max(1, min(n_probe, C))
-    c64 = cent.astype(np.float64)
-    cn = (c64 * c64).sum(axis=1)
-    cd = np.sqrt(np.maximum(cn[:, None] + cn[None, :] - 2.0 * (c64 @ c64.T), 0.0))
+    cd = np.sqrt(_centroid_gaps2(cent))
     with np.errstate(divide="ignore"):
         inv = xp.asarray(np.where(cd > 0, 0.5 / cd, 0.0).astype(np.float32))    # a duplicate centroid: no bound
     probes = xp.empty((nl, p), dtype=xp.int64)
@@ -737,21 +763,19 @@ def _cell_probes(Xc: Any, cent: np.ndarray, n_probe: int) -> tuple[Any, Any]:
     return probes, bounds
 
 
-def _scores_about_cells(Xc: Any, cent: np.ndarray, near: Any = None, tile: int = 8192) -> Any:
+def _scores_about_cells(Xc: Any, cent: np.ndarray, tile: int = 8192) -> Any:
     """``(rows, D)`` pieces over all rows of ``Xc``: ``D[i, j] = |x_i - c_j|^2 - |x_i - c_a|^2`` (float32), ``a``
-    the centroid ``near[i]`` (a Lloyd round's labels: the previous round's centroids are near the new ones), or
-    when ``near`` is None the one that a first float32 pass finds nearest to ``x_i``, computed about ``c_a`` as
-    ``|c_j - c_a|^2 - 2 (x_i - c_a).(c_j - c_a)``.  Computed about the global mean (``|c_j|^2 - 2 x_i.c_j``)
-    its error grew with ``|x_i|^2`` instead: tight clusters far from the mean (1e4 apart, unit spread)
-    were cut into random cells, and the approximate lists found 8% of the true neighbours."""
+    the centroid that a first float32 pass finds nearest to ``x_i``, computed about ``c_a`` as
+    ``|c_j - c_a|^2 - 2 (x_i - c_a).(c_j - c_a)``: its error grows with ``|x_i - c_a| |c_j - c_a|``, which the
+    bisector bounds need small.  Computed about the global mean (``|c_j|^2 - 2 x_i.c_j``) its error grew with
+    ``|x_i|^2`` instead: tight clusters far from the mean (1e4 apart, unit spread) were cut into random cells,
+    and the approximate lists found 8% of the true neighbours."""
     xp = namespace(Xc)
     nl, C = Xc.shape[0], cent.shape[0]
     cg = xp.asarray(cent.astype(np.float32))
-    if near is None:
-        cn = (cg ** 2).sum(axis=1)
-        near = xp.empty(nl, dtype=xp.int64)
-        for s in range(0, nl, tile):
-            near[s:s + tile] = xp.argmin(cn[None, :] - 2.0 * (Xc[s:s + tile] @ cg.T), axis=1)
+    near = xp.empty(nl, dtype=xp.int64)
+    for s in range(0, nl, tile):
+        near[s:s + tile] = _nearest_about_mean(Xc[s:s + tile], cg)
     order = xp.argsort(near, kind="stable")
     edges = to_host(xp.searchsorted(near[order], xp.arange(C + 1)))
     c64 = cent.astype(np.float64)
