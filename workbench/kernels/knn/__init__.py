@@ -110,8 +110,8 @@ class KNNGraph:
         Every other point's list is exact, so 0 certifies the whole graph; on
         weakly clustered or uniform data most points are capped, and recall
         (measure it with ``reference=``) rises with ``n_probe``: 100,000 points
-        in 64 dimensions from 5 clusters read recall 0.89 at the default 16,
-        0.97 at 24 and 0.996 at 32 (1.8, 2.4 and 2.8 s on 2 workers here), where
+        in 64 dimensions from 5 clusters read recall 0.90 at the default 16,
+        0.98 at 24 and 0.998 at 32 (1.9, 2.5 and 2.9 s on 2 workers here), where
         50 clusters read 1.0 at 16 with no point capped.
     """
 
