@@ -244,6 +244,8 @@ def test_recall_helper():
     (np.ones((5, 2)), {"k": 2, "groups": 3}, "power of two"),
     (np.ones((5, 2)), {"k": 2, "local_join": -1}, "local_join"),
     (np.ones((5, 2)), {"k": 2, "n_probe": 0}, "n_probe"),
+    (np.ones((5, 2)), {"k": 2, "kmeans_sample": 0}, "kmeans_sample"),
+    (np.ones((5, 2)), {"k": 2, "kmeans_sample": 2.5}, "kmeans_sample"),
 ])
 def test_bad_input(bad, kwargs, match):
     with pytest.raises(ValueError, match=match):
