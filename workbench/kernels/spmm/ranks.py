@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import comms
 from ...backend import device_kind, empty, launch, namespace, sparse_namespace, synchronize
-from .cpu import _FIXED_K, _PREFETCH_DIST, _finite_nb, _split_tiles_nb, _spmm_nb
+from .cpu import _FIXED_K, _finite_nb, _prefetch_distance, _split_tiles_nb, _spmm_nb
 
 _PHASES = ("prepare", "issue", "fetch_wait", "compute", "accumulate", "sync")
 
@@ -593,12 +593,13 @@ def _multiply(a: tuple, b: Any, b_full: bool, C: Any, *, accumulate: bool) -> No
     data = tile.data if tile.data.dtype == C.dtype else tile.data.astype(C.dtype)
     if b.dtype != C.dtype or not b.flags.c_contiguous:
         b = xp.ascontiguousarray(b, dtype=C.dtype)
+    dist = _prefetch_distance(int(C.shape[1]), C.dtype.itemsize)
     if kind == "cpu":
-        _FIXED_K.get(int(C.shape[1]), _spmm_nb)(indptr, idx, data, b, C, accumulate, _PREFETCH_DIST)
+        _FIXED_K.get(int(C.shape[1]), _spmm_nb)(indptr, idx, data, b, C, accumulate, dist)
         return
     from . import cuda as dev
 
-    launch(dev._spmm_nb, int(C.shape[0]) * int(C.shape[1]), indptr, idx, data, b, C, accumulate, _PREFETCH_DIST)
+    launch(dev._spmm_nb, int(C.shape[0]) * int(C.shape[1]), indptr, idx, data, b, C, accumulate, dist)
 
 
 def _cusparse_fits(tile: Any, b: Any, C: Any) -> bool:
@@ -607,8 +608,6 @@ def _cusparse_fits(tile: Any, b: Any, C: Any) -> bool:
             and tile.nnz > 0)
 
 
-# How many nonzeros ahead the CPU kernel prefetches B rows: B is read at random,
-# one row per nonzero, and the hardware prefetcher cannot guess the next row.
 _WARM: set = set()
 
 
@@ -639,5 +638,5 @@ def _warm_kernels(dtype: Any = None, widths: Sequence[int] = ()) -> None:
             B.setflags(write=writeable)
             C = np.zeros((6, k), dt)
             kern = _spmm_nb if kind == "base" else _FIXED_K[k]
-            kern(t0.indptr.astype(np.int64), idx, t0.data, B, C, False, _PREFETCH_DIST)
+            kern(t0.indptr.astype(np.int64), idx, t0.data, B, C, False, _prefetch_distance(k, dt.itemsize))
         _WARM.add((kind, dt.str, k))
