@@ -713,10 +713,10 @@ def _cell_sums(X: Any, lab: Any, cnt: Any) -> Any:
 def _assign(Xc: Any, cent: np.ndarray, near: Any = None, tile: int = 8192) -> Any:
     """Nearest centroid of each row for the Lloyd rounds (``cent`` on the host, moved to the rows' device).
 
-    Ranked about a centroid ``a`` near each row: ``|x - c_j|^2`` less a row's constant is
-    ``|c_j - c_a|^2 - 2 (x - c_a).c_j`` (the first term in float64), whose float32 error grows with
-    ``|x - c_a| |c_j|``, not ``|x|^2`` (see :func:`_scores_about_cells`), in one product for all rows.
-    ``near``: last round's labels, else each row's nearest centroid about the global mean."""
+    One product for all rows, ranked about a centroid ``a`` near each row: ``|x - c_j|^2`` less the row's
+    constants is ``|c_j - c_a|^2 - 2 (x - c_a).c_j`` (the first term from float64), whose float32 error grows
+    with ``|x - c_a| |c_j|`` rather than ``|x|^2`` (see :func:`_scores_about_cells`).  ``near``: last round's
+    labels, else each row's nearest centroid about the global mean."""
     xp = namespace(Xc)
     nl = Xc.shape[0]
     cg = xp.asarray(cent.astype(np.float32))

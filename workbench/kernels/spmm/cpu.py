@@ -75,8 +75,9 @@ def _prefetch_distance(k: int, itemsize: int) -> int:
     """How many nonzeros ahead the CPU kernel prefetches B's rows: about 8 KiB of them, 8 to 32 rows.
 
     B is read at random, a row per nonzero, and the hardware prefetcher cannot guess the next row.  One core,
-    half of R-MAT SCALE 20, float64 (ms for 16 / 8 KiB ahead): k = 16 178 / 163 (32 rows), k = 64 359 (16),
-    k = 128 723 / 650 (8); further ahead was slower again (k = 8: 146 ms at 32 rows, 204 at 64).
+    half of R-MAT SCALE 20, float64, 16 rows ahead at every k (the old rule) against this: k = 16 178 -> 163 ms
+    (32 rows), k = 64 359 ms either way (16), k = 128 723 -> 650 ms (8); further ahead was slower again
+    (k = 8: 146 ms at 32 rows, 204 ms at 64).
     """
     return max(8, min(32, 8192 // max(1, k * itemsize)))
 
