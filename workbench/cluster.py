@@ -579,6 +579,7 @@ def _scheduler_of(client: Any) -> str | None:
 
 def _client_holding(inputs: tuple) -> Any:
     """The running client of the first future found among the inputs' blocks or chunks, else None."""
+    from dask.highlevelgraph import MaterializedLayer
     from distributed import Future
 
     for x in inputs:
@@ -589,7 +590,7 @@ def _client_holding(inputs: tuple) -> Any:
         elif hasattr(x, "dask") and hasattr(x, "name"):               # a persisted dask array: its chunks
             layer = getattr(getattr(x, "dask", None), "layers", {}).get(x.name)
             # a lazy layer (Blockwise, ...) holds no futures, and listing it would build every task
-            found = [next(iter(layer.values()), None)] if type(layer).__name__ == "MaterializedLayer" else []
+            found = [next(iter(layer.values()), None)] if isinstance(layer, MaterializedLayer) else []
         else:
             continue
         owner = found[0].client if found and isinstance(found[0], Future) else None
