@@ -389,6 +389,21 @@ def _close_lanes() -> None:
         _OUT.clear()
 
 
+_PULL_POOL: Any = None
+
+
+def pull_pool() -> Any:
+    """The threads that copy parcels which came by lane (a lane's reader must not wait on that)."""
+    global _PULL_POOL
+    if _PULL_POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with _LISTENER_LOCK:
+            if _PULL_POOL is None:
+                _PULL_POOL = ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
+    return _PULL_POOL
+
+
 def listen(on_message: Callable[[tuple], None]) -> str | None:
     """Start this process's lane once; its address (None when the lane is off or cannot bind)."""
     global _LISTENER

@@ -349,18 +349,6 @@ def ensure_registered(client: Any) -> None:
 _PEERS_SEEN: dict[tuple, tuple] = {}  # (group's worker addresses, rank) -> (pull peers, lanes)
 _OUTBOX: dict[str, _Outgoing] = {}   # payloads waiting for their receivers to pull them
 _OUTBOX_LOCK = threading.Lock()
-_PULL_POOL: Any = None
-
-
-def _pull_pool() -> Any:
-    global _PULL_POOL
-    if _PULL_POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with _OUTBOX_LOCK:
-            if _PULL_POOL is None:
-                _PULL_POOL = ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
-    return _PULL_POOL
 
 
 def _pull_into_box(group: str, src: int, tag: Any, parcel: _Parcel, dst: int) -> str | None:
@@ -376,7 +364,7 @@ def _pull_into_box(group: str, src: int, tag: Any, parcel: _Parcel, dst: int) ->
 
 
 async def _pull_and_deliver(worker: Any, group: str, src: int, tag: Any, parcel: _Parcel, dst: int) -> None:
-    error = await asyncio.get_running_loop().run_in_executor(_pull_pool(), _pull_into_box,
+    error = await asyncio.get_running_loop().run_in_executor(_samehost.pull_pool(), _pull_into_box,
                                                              group, src, tag, parcel, dst)
     try:
         await worker.rpc(parcel.sender).wb_comms_pulled(key=parcel.key, receiver=dst,
@@ -403,7 +391,7 @@ def _lane_message(msg: tuple) -> None:
                 _WORKER.rpc(payload.sender).wb_comms_pulled(key=payload.key, receiver=dst, error=error, reply=False),
                 _WORKER.loop.asyncio_loop)
 
-    _pull_pool().submit(pull_and_reply)
+    _samehost.pull_pool().submit(pull_and_reply)
 
 
 def _pulled(key: str, receiver: int, error: str | None = None) -> str:
