@@ -265,6 +265,45 @@ def test_fetch_group_takes_results_from_the_workers(client4, monkeypatch, n):
     assert not any(client4.run(_result_slots, workers=addrs).values())
 
 
+@pytest.mark.parametrize("n", [3, 1 << 18])    # a result sent whole, and one the client copies out of the worker
+def test_fetch_group_results_come_by_lane_without_asking_the_workers(client4, monkeypatch, n):
+    from workbench import _samehost
+
+    addrs = worker_addresses(client4)[:3]
+    comms.fetch_group(comms.run_spmd(_result_of, [n] * 3, client=client4, workers=addrs, fetch=True))
+    assert set(addrs) <= _samehost._LANE_OK   # seen to reach the client by lane
+    futs = comms.run_spmd(_result_of, [n] * 3, client=client4, workers=addrs, fetch=True)
+    with monkeypatch.context() as m:   # no request to a worker, no word from the scheduler
+        m.setattr(_samehost, "fetch_results", None)
+        m.setattr(comms, "wait_group", None)
+        got = comms.fetch_group(futs)
+    assert [g["rank"] for g in got] == [0, 1, 2]
+    assert all(np.array_equal(g["ids"], np.arange(n) + r) for r, g in enumerate(got))
+    del futs
+    deadline = time.monotonic() + 10   # the client said it took them: the workers let them go
+    while any(client4.run(_result_slots, workers=addrs).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(client4.run(_result_slots, workers=addrs).values())
+
+
+def test_fetch_group_asks_for_results_the_lane_cannot_bring(client4, monkeypatch):
+    from workbench import _samehost
+
+    addrs = worker_addresses(client4)[:3]
+    # the client seen as on another host: the ranks keep their results, the client asks once they end
+    # (even for workers that reached it by lane before), never taking the slow way
+    monkeypatch.setattr(_samehost, "host_key", lambda: "another-host")
+    monkeypatch.setattr(_samehost, "_LANE_OK", set(addrs))
+    futs = comms.run_spmd(_result_of, [1 << 18] * 3, client=client4, workers=addrs, fetch=True, timeout=20)
+    monkeypatch.setattr(comms, "wait_group", None)
+    got = comms.fetch_group(futs)
+    assert all(np.array_equal(g["ids"], np.arange(1 << 18) + r) for r, g in enumerate(got))
+    deadline = time.monotonic() + 10
+    while any(client4.run(_result_slots, workers=addrs).values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(client4.run(_result_slots, workers=addrs).values())
+
+
 def test_fetch_group_raises_the_ranks_error(client4):
     addrs = worker_addresses(client4)[:3]
     futs = comms.run_spmd(_fail_on_rank1, [None] * 3, client=client4, workers=addrs, timeout=120, fetch=True)

@@ -378,6 +378,8 @@ def _lane_message(msg: tuple) -> None:
     if msg[0] == "pulled":
         _pulled(*msg[1:])
         return
+    if _samehost.result_message(msg):   # fetch_group's results, and the client's word that it took one
+        return
     _, group, src, dst, tag, payload = msg
     if not isinstance(payload, _Parcel):
         _deliver(group, src, tag, payload, dst)
@@ -755,7 +757,7 @@ _OPS: dict[str, Callable] = {
 
 def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeout: float,
                 rank_arg: Any, args: tuple, kwargs: dict, publish_info: bool = False, known: bool = False,
-                key: Any = None, fetch: bool = False) -> Any:
+                key: Any = None, fetch: bool | dict = False) -> Any:
     from distributed import get_worker, secede
 
     key = str(key or f"spmd-{group}-{rank}")  # the task's key as the worker's log names it
@@ -779,17 +781,20 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
                                 f"with publish_info=True, got {type(out).__name__}")
             worker.log_event(_INFO_TOPIC, {"group": group, "rank": rank, "info": pickle.dumps(out[1], protocol=5)})
             out = out[0]
-        if fetch:
+        if fetch and not _samehost.send_result(fetch, group, rank, out, timeout):
             RESULTS.put(group, rank, out, timeout)
+            _samehost.tell_kept(fetch, group, rank, timeout)
         return out
     except PeerFailedError:
         if fetch:
             RESULTS.put(group, rank, _FAILED, timeout)
+            _samehost.tell_kept(fetch, group, rank, timeout)
         _QUIET_KEYS.add(key)  # the peer's own error is the one that counts
         raise
     except BaseException as e:
         if fetch:
             RESULTS.put(group, rank, _FAILED, timeout)
+            _samehost.tell_kept(fetch, group, rank, timeout)
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
         if isinstance(e, ValueError | TypeError):  # bad input found on the worker: the client reports it
             _QUIET_KEYS.add(key)
@@ -881,10 +886,12 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     # one message to the scheduler for the whole group (a submit per rank reached it ~1-4 ms apart, and
     # every rank waits for the last); each rank pinned to its worker by a per-key annotation
     size = len(addresses)
+    # where a rank sends its result to: this process's lane (else True: it keeps it for the client to ask)
+    to = (_samehost.expect_results(group, size, _lane_message) or True) if fetch else False
     with dask.annotate(workers={k: [a] for k, a in zip(keys, addresses, strict=True)}.get):
         futures = client.map(_rank_entry, [fn] * size, [group] * size, range(size), [addresses] * size,
                              [timeout] * size, list(rank_args), [args] * size, [kwargs] * size,
-                             [publish_info] * size, [known] * size, keys, [fetch] * size, key=keys, pure=False)
+                             [publish_info] * size, [known] * size, keys, [to] * size, key=keys, pure=False)
     futures_group = _SPMDFutures(futures, group, addresses, client)
     futures_group.published = publish_info
     futures_group.fetch = fetch
@@ -1110,26 +1117,45 @@ def gather_results(futures: Sequence[Any], client: Any, addresses: Sequence[str]
 def fetch_group(futures: _SPMDFutures) -> list:
     """:func:`wait_group`, then the ranks' results, for a group launched with ``run_spmd(fetch=True)``.
 
-    Each result comes straight from its rank's worker as the rank ends (copied out of the worker's
-    memory where the client shares its host), not after the scheduler has heard of the end and said
-    where the result is.  Any failure to get them so (a rank raised, a worker left, no access) falls
-    back to :func:`wait_group` and :func:`gather_results`, which raise what went wrong.
+    Each result comes straight from its rank as the rank ends: on one host the rank writes it (or the
+    parcel the client copies out of the worker's memory) to the client's lane, elsewhere the client's
+    request to the worker brings it; not after the scheduler has heard of the end and said where the
+    result is.  Any failure to get them so (a rank raised, a worker left, no access) falls back to
+    :func:`wait_group` and :func:`gather_results`, which raise what went wrong.
     """
     client = futures.client
     if futures.fetch:
         try:
-            got = client.sync(_samehost.fetch_results, client.rpc, futures.group, futures.addresses,
-                              futures.timeout)
+            got = _samehost.collect_results(client, futures.group, futures.addresses, futures.timeout,
+                                            _group_state(futures), getattr(client, "_workbench_backend", 0) == "gpu")
         except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as e:
             _fail_group(futures, f"the client stopped waiting ({e.__class__.__name__})")
             raise
         except Exception:   # the slow path below says what went wrong, or gets the results anyway
             got = None
+        finally:
+            _samehost.forget_results(futures.group, len(futures))
         if got is not None:
             client._workbench_groups.add(tuple(futures.addresses))
             return got
     wait_group(futures)
     return gather_results(list(futures), client, futures.addresses)
+
+
+def _group_state(futures: _SPMDFutures, poll: float = 0.5) -> Callable[[], str | None]:
+    """For :func:`workbench._samehost.collect_results`: "failed" once a rank raised or something the group
+    needs is gone (the scheduler asked at most every ``poll`` s), "ended" once every rank's task has ended."""
+    last = [time.monotonic()]
+
+    def state() -> str | None:
+        if any(f.status in ("error", *_DEAD_STATES) for f in futures):
+            return "failed"
+        if all(f.status == "finished" for f in futures):
+            return "ended"
+        ask = time.monotonic() - last[0] >= poll
+        last[0] = time.monotonic() if ask else last[0]
+        return "failed" if _loss(futures, ask) else None
+    return state
 
 
 def spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = None,
