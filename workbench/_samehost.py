@@ -758,15 +758,18 @@ def collect_results(client: Any, group: str, addresses: Sequence[str], timeout: 
             return _give_up(client, group, addresses, timeout)
         if why == "ended":
             ask(r for r in range(n) if r not in got)
-        concurrent.futures.wait([*(f for r, f in enumerate(lanes) if r not in got and r not in kept), *asks],
-                                timeout=_POLL, return_when=concurrent.futures.FIRST_COMPLETED)
+        waiting = [*(f for r, f in enumerate(lanes) if r not in got and r not in kept), *asks]
+        if waiting:
+            concurrent.futures.wait(waiting, timeout=_POLL, return_when=concurrent.futures.FIRST_COMPLETED)
+        else:   # (never expected: every rank is in hand or asked for) no spinning meanwhile
+            time.sleep(_POLL)
     out = []
     for r in range(n):
         reply = got[r]
         if reply["status"] != "asked":
             reply = {"status": "asked", "value": _take_lane_result(client, group, r, addresses[r], reply)}
             if reply["value"] is _BY_LANE:
-                return None
+                return _give_up(client, group, addresses, timeout)
             _LANE_OK.add(addresses[r])
         out.append(reply["value"])
     return out
@@ -810,14 +813,6 @@ def forget_results(group: str, size: int) -> None:
         _EXPECTED.pop((group, r), None)
 
 
-def result_message(msg: tuple) -> bool:
-    """A lane frame about fetched results, handled (False: not one of those)."""
-    handler = {"result": lane_result, "kept": lane_kept, "taken": RESULTS.drop}.get(msg[0])
-    if handler is not None:
-        handler(*msg[1:])
-    return handler is not None
-
-
 def lane_result(group: str, rank: int, payload: Any, reply_to: str | None) -> None:
     """Client side, on the lane's reader thread: a rank's result (a parcel, or the value itself) and the
     lane of its process."""
@@ -841,6 +836,17 @@ def tell_kept(to: Any, group: str, rank: int, ttl: float) -> None:
     that this rank kept in :data:`RESULTS` instead of sending it."""
     if isinstance(to, dict) and to.get("net") is not None and to["net"] == host_key():
         send(to["lane"], ("kept", group, rank), ttl)
+
+
+_RESULT_FRAMES: dict[str, Callable] = {"result": lane_result, "kept": lane_kept, "taken": RESULTS.drop}
+
+
+def result_message(msg: tuple) -> bool:
+    """A lane frame about fetched results, handled (False: not one of those)."""
+    handler = _RESULT_FRAMES.get(msg[0])
+    if handler is not None:
+        handler(*msg[1:])
+    return handler is not None
 
 
 def send_result(to: dict, group: str, rank: int, value: Any, ttl: float) -> bool:
