@@ -402,11 +402,9 @@ def pull_pool() -> Any:
     """The threads that copy parcels which came by lane (a lane's reader must not wait on that)."""
     global _PULL_POOL
     if _PULL_POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
         with _LISTENER_LOCK:
             if _PULL_POOL is None:
-                _PULL_POOL = ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
+                _PULL_POOL = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="wb-comms-pull")
     return _PULL_POOL
 
 
@@ -723,7 +721,8 @@ def collect_results(client: Any, group: str, addresses: Sequence[str], timeout: 
         return client.sync(fetch_results, client.rpc, group, addresses, timeout)
     loop = client.loop.asyncio_loop
     deadline = time.monotonic() + timeout
-    got: dict[int, dict] = {}   # rank -> its reply (by lane, or the value a request brought)
+    got: dict[int, dict] = {}      # rank -> its reply by lane
+    values: dict[int, Any] = {}    # rank -> the result a request brought
     kept: set[int] = set()
     asked: set[int] = set()
     asks: list = []
@@ -750,29 +749,25 @@ def collect_results(client: Any, group: str, addresses: Sequence[str], timeout: 
             answer = done.result()   # a lost worker raises: the slow way says so
             if answer is None:
                 return _give_up(client, group, addresses, timeout)
-            got.update({r: {"status": "asked", "value": v} for r, v in answer.items() if v is not _BY_LANE})
-        if len(got) == n:
+            values.update({r: v for r, v in answer.items() if v is not _BY_LANE})
+        if len(got) + len(values) == n:
             break
         why = state()
         if why == "failed" or time.monotonic() > deadline:
             return _give_up(client, group, addresses, timeout)
         if why == "ended":
-            ask(r for r in range(n) if r not in got)
+            ask(r for r in range(n) if r not in got and r not in values)
         waiting = [*(f for r, f in enumerate(lanes) if r not in got and r not in kept), *asks]
         if waiting:
             concurrent.futures.wait(waiting, timeout=_POLL, return_when=concurrent.futures.FIRST_COMPLETED)
         else:   # (never expected: every rank is in hand or asked for) no spinning meanwhile
             time.sleep(_POLL)
-    out = []
-    for r in range(n):
-        reply = got[r]
-        if reply["status"] != "asked":
-            reply = {"status": "asked", "value": _take_lane_result(client, group, r, addresses[r], reply)}
-            if reply["value"] is _BY_LANE:
-                return _give_up(client, group, addresses, timeout)
-            _LANE_OK.add(addresses[r])
-        out.append(reply["value"])
-    return out
+    for r, reply in got.items():
+        values[r] = _take_lane_result(client, group, r, addresses[r], reply)
+        if values[r] is _BY_LANE:
+            return _give_up(client, group, addresses, timeout)
+        _LANE_OK.add(addresses[r])
+    return [values[r] for r in range(n)]
 
 
 def _give_up(client: Any, group: str, addresses: Sequence[str], timeout: float) -> None:
@@ -816,25 +811,32 @@ def forget_results(group: str, size: int) -> None:
 def lane_result(group: str, rank: int, payload: Any, reply_to: str | None) -> None:
     """Client side, on the lane's reader thread: a rank's result (a parcel, or the value itself) and the
     lane of its process."""
-    fut = _EXPECTED.get((group, rank))
-    if fut is not None and not fut.done():
-        kind = "parcel" if isinstance(payload, _Parcel) else "ok"
-        with contextlib.suppress(concurrent.futures.InvalidStateError):   # the fetch gave up meanwhile
-            fut.set_result({"status": kind, kind if kind == "parcel" else "value": payload, "lane": reply_to})
+    kind = "parcel" if isinstance(payload, _Parcel) else "ok"
+    _settle_expected(group, rank, {"status": kind, kind if kind == "parcel" else "value": payload, "lane": reply_to})
 
 
 def lane_kept(group: str, rank: int) -> None:
     """Client side, on the lane's reader thread: the rank kept its result for the client to ask for."""
+    _settle_expected(group, rank, {"status": "kept"})
+
+
+def _settle_expected(group: str, rank: int, reply: dict) -> None:
     fut = _EXPECTED.get((group, rank))
     if fut is not None and not fut.done():
-        with contextlib.suppress(concurrent.futures.InvalidStateError):
-            fut.set_result({"status": "kept"})
+        with contextlib.suppress(concurrent.futures.InvalidStateError):   # the fetch gave up meanwhile
+            fut.set_result(reply)
+
+
+def _reaches_client(to: Any) -> bool:
+    """Rank side: whether the client that launched the group (``to``, from :func:`expect_results`) can be
+    reached by lane from here."""
+    return isinstance(to, dict) and to.get("net") is not None and to["net"] == host_key()
 
 
 def tell_kept(to: Any, group: str, rank: int, ttl: float) -> None:
     """Rank side: tell the client (by lane, where it can reach it) to ask for the result (or failure)
     that this rank kept in :data:`RESULTS` instead of sending it."""
-    if isinstance(to, dict) and to.get("net") is not None and to["net"] == host_key():
+    if _reaches_client(to):
         send(to["lane"], ("kept", group, rank), ttl)
 
 
@@ -853,7 +855,7 @@ def send_result(to: dict, group: str, rank: int, value: Any, ttl: float) -> bool
     """Rank side: ``value`` straight to the lane of the client that launched the group (where it can
     reach it): a parcel it copies out of this process, or the value itself when small or when it may
     not read this process.  False: nothing was sent, the caller keeps the result the usual way."""
-    if not (isinstance(to, dict) and to.get("net") is not None and to["net"] == host_key() and _host_only(value)):
+    if not (_reaches_client(to) and _host_only(value)):
         return False
     packed = None
     if to.get("pid") is not None and to["pid"] == _namespace_key("pid"):

@@ -1127,7 +1127,7 @@ def fetch_group(futures: _SPMDFutures) -> list:
     if futures.fetch:
         try:
             got = _samehost.collect_results(client, futures.group, futures.addresses, futures.timeout,
-                                            _group_state(futures), getattr(client, "_workbench_backend", 0) == "gpu")
+                                            _group_state(futures), getattr(client, "_workbench_backend", None) == "gpu")
         except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as e:
             _fail_group(futures, f"the client stopped waiting ({e.__class__.__name__})")
             raise
