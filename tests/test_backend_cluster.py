@@ -188,6 +188,27 @@ def test_cluster_start_connect_and_clean_shutdown():
         assert len(lc.scheduler.workers) == 1
 
 
+def _faults_reallocating(nbytes: int = 1 << 20) -> int:
+    """This thread's page faults for writing a buffer of ``nbytes`` that it just wrote and freed."""
+    import resource
+
+    np.ones(nbytes // 8)
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    np.ones(nbytes // 8)
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+
+
+def test_workers_started_elsewhere_get_glibcs_adaptive_allocator_back():
+    # a plain LocalCluster's nanny starts its workers with dask's MALLOC_TRIM_THRESHOLD_: every freed buffer
+    # of 128 KiB or more was unmapped, and the next one faulted in page by page (BFS 40 against 33 ms a call)
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as lc, Client(lc) as client:
+        assert list(client.run(_faults_reallocating).values())[0] > 100
+        assert np.asarray(wb.fftn(np.ones((4, 4)), client=client))[0, 0] == 16   # registers the comms plugin
+        assert list(client.run(_faults_reallocating).values())[0] < 16
+
+
 def test_script_without_main_guard_fails_fast_and_says_why(tmp_path):
     # spawned workers import the script: unguarded, each would start a cluster of its own and wait forever
     script = tmp_path / "unguarded.py"
@@ -329,6 +350,7 @@ def test_cluster_start_lives_until_close():
     # a profile interval the user chose reaches the workers unchanged
     assert list(client.run(dask.config.get, "distributed.worker.profile.interval").values()) == ["20ms"]
     assert list(client.run(_environ, "MALLOC_TRIM_THRESHOLD_").values()) == ["131072"]
+    assert list(client.run(_faults_reallocating).values())[0] > 100   # and stays in force
     cm.close()
     assert client.status == "closed"
     cm.close()                                      # idempotent

@@ -78,7 +78,7 @@ from ._samehost import (  # noqa: F401
     _Parcel,
     _read_remote,
 )
-from .cluster import quicken, quicken_scheduler
+from .cluster import quicken, quicken_scheduler, restore_allocator
 
 __all__ = [
     "Comm",
@@ -255,7 +255,7 @@ def _quiet_input_errors() -> None:
 
 
 class _CommsPlugin:
-    """Worker plugin that installs the comms handlers on every (new) worker."""
+    """Worker plugin for every (new) worker: the comms handlers, a quick stream, glibc's adaptive allocator."""
 
     name = _PLUGIN_NAME
     idempotent = True
@@ -263,6 +263,7 @@ class _CommsPlugin:
     def setup(self, worker: Any) -> None:
         _install_handlers(worker)
         quicken(getattr(worker, "batched_stream", None))
+        restore_allocator()
 
     def teardown(self, worker: Any) -> None:
         pass
@@ -868,8 +869,6 @@ def run_spmd(fn: Callable, rank_args: Sequence[Any], *args: Any, client: Any = N
     With ``fetch=True`` each rank also keeps its result for :func:`fetch_group`,
     which takes it straight from the rank's worker.
     """
-    from distributed import Future  # noqa: F401
-
     from .cluster import default_client, worker_addresses
 
     client = default_client(client)
