@@ -130,6 +130,30 @@ def test_disconnected_isolated_and_hub(clients):
     assert (iso.parent >= 0).sum() == 1 and iso.stats["edges_traversed"] == 0
 
 
+def _spare_sets(dask_worker, keys):
+    """How many spare search-buffer sets each prepared block held on this worker keeps."""
+    return [len(dask_worker.data[k]["spare"]) for k in keys if k in dask_worker.data]
+
+
+def test_searches_reuse_their_buffers_and_concurrent_searches_get_their_own(clients):
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = clients(2)
+    A = wb.data.rmat(11, edgefactor=8, seed=4)
+    G = wb.distribute(A, client=client, symmetric=True)
+    roots = [int(r) for r in wb.data.search_keys(A, 8, seed=1)]
+    for r in roots[:3]:
+        np.testing.assert_array_equal(wb.bfs(G, r, client=client).level, hops(A, r))
+    keys = [f.key for f in G.meta["_bfs_prep"][(2, 1)].futures]
+    # one set per rank, made once (for the preparation's own search) and handed from search to search
+    assert sorted(sum(client.run(_spare_sets, keys=keys).values(), [])) == [1, 1]
+    with ThreadPoolExecutor(4) as pool:   # groups at once on the same blocks: each takes a set of its own
+        got = list(pool.map(lambda r: wb.bfs(G, r, client=client).level, roots))
+    for r, level in zip(roots, got, strict=True):
+        np.testing.assert_array_equal(level, hops(A, r), err_msg=f"root {r}")
+    assert all(1 <= k <= 4 for k in sum(client.run(_spare_sets, keys=keys).values(), []))
+
+
 _REST: dict = {}
 
 

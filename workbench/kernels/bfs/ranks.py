@@ -144,6 +144,13 @@ def _column_space(L: _Layout, j: int) -> tuple[np.ndarray, np.ndarray]:
     return pieces, col0
 
 
+class _Spare(list):
+    """A prepared block's spare search buffers (:meth:`_Searcher.release`): never pickled with the block."""
+
+    def __reduce__(self) -> tuple:
+        return _Spare, ()
+
+
 def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -> tuple[dict, dict]:
     i, j = divmod(comm.rank, L.C)
     rlo, rhi = int(L.roffs[i]), int(L.roffs[i + 1])
@@ -196,6 +203,7 @@ def _prepare_rank(comm: Any, part: Any, src: dict, L: _Layout, identity: bool) -
         for k in ("csr_ptr", "csr_idx", "csc_ptr", "csc_idx", "hub", "cand", "colmap", "deg"):
             if prep[k] is not None:
                 prep[k] = xp.asarray(prep[k])
+    prep["spare"] = _Spare()
     prep["rest"] = _rest_of_graph(comm, prep, csr)
     return prep, {"bytes_sent": comm.stats["bytes_sent"], "nnz": int(csr.nnz)}
 
@@ -223,8 +231,10 @@ def _rest_of_graph(comm: Any, prep: dict, csr: sp.csr_matrix) -> dict | None:
     top_deg, neg_root = max(comm.allgather((int(deg[k]) if len(deg) else -1, -(olo + k))))
     if top_deg <= 0:
         return None
-    _, level, _ = _Searcher(comm, prep, {"direction": "auto", "alpha": ALPHA, "beta": BETA}).run(-neg_root)
+    search = _Searcher(comm, prep, {"direction": "auto", "alpha": ALPHA, "beta": BETA})
+    _, level, _ = search.run(-neg_root)
     reached = np.concatenate(comm.allgather(to_host(level) >= 0))
+    search.release()   # warm buffers for the first search the user asks for
     rlo, rhi = int(prep["rlo"]), int(prep["rlo"]) + csr.shape[0]
     rows = np.flatnonzero(~reached[rlo:rhi] & (np.diff(csr.indptr) > 0))
     sub = csr[rows]
@@ -262,6 +272,7 @@ def _bfs_rank(comm: Any, rank_arg: tuple, sources: list, opts: dict) -> dict:
         out.append({"parent": _narrow(parent, s.L.n) if keep else None,
                     "level": _narrow(level, st["levels"]) if keep else None, "stats": st})
     synchronize(s.parent, s.level)  # device work done before the task returns
+    s.release()
     return {"searches": out}
 
 
@@ -294,27 +305,42 @@ class _Searcher:
         self.nr = len(prep["csr_ptr"]) - 1
         self.nc = len(prep["csc_ptr"]) - 1
         self.own0 = self.olo - prep["rlo"]  # owned piece inside the row block
-        self.parent = xp.full(self.no, -1, dtype=np.int64)
-        self.level = xp.full(self.no, -1, dtype=np.int64)
-        # one byte per row for the numba twins; a 32-bit word on the device, where rows are claimed atomically
-        self.visited = xp.zeros(self.nr, dtype=bool if self.dev is None else np.int32)
-        itype = prep["csr_idx"].dtype
-        self.fbits = xp.zeros(self.nc // 8, dtype=np.uint8)  # the column frontier, packed (nc is whole bytes)
-        self.out_rows = xp.empty(self.nr, dtype=itype)
-        self.out_par = xp.empty(self.nr, dtype=itype)
-        # bottom-up candidates: the rows a bottom-up level left unvisited, compacted from one buffer to the other
-        self.cands = [xp.empty(len(prep["cand"]), dtype=itype), xp.empty(len(prep["cand"]), dtype=itype)]
-        self.counts = xp.zeros(3, dtype=np.int64)  # a local step's queue tail, edges examined, candidates kept
         self.piece_sizes = np.diff(L.voffs)
-        self.obits = xp.zeros(self.no, dtype=bool)  # the owned frontier as a byte map, before packing
         self.comm_s = 0.0  # seconds inside collectives (waiting included), for the per-level breakdown
+        # the buffers of an earlier search on this block, else fresh ones (their pages and the kernels' warm-up
+        # cost ~1 ms a call at SCALE 20); given back by release()
+        try:
+            self.buffers = prep["spare"].pop()   # atomic: concurrent searches take different sets
+        except IndexError:
+            self.buffers = self._fresh_buffers()
+        self.__dict__.update(self.buffers)
+
+    def _fresh_buffers(self) -> dict:
+        xp, prep = self.xp, self.p
+        itype = prep["csr_idx"].dtype
+        buffers = {
+            "parent": xp.full(self.no, -1, dtype=np.int64), "level": xp.full(self.no, -1, dtype=np.int64),
+            # one byte per row for the numba twins; a 32-bit word on the device, where rows are claimed atomically
+            "visited": xp.zeros(self.nr, dtype=bool if self.dev is None else np.int32),
+            "fbits": xp.zeros(self.nc // 8, dtype=np.uint8),  # the column frontier, packed (nc is whole bytes)
+            "out_rows": xp.empty(self.nr, dtype=itype), "out_par": xp.empty(self.nr, dtype=itype),
+            # bottom-up candidates: the rows a bottom-up level left unvisited, compacted from one to the other
+            "cands": [xp.empty(len(prep["cand"]), dtype=itype), xp.empty(len(prep["cand"]), dtype=itype)],
+            "counts": xp.zeros(3, dtype=np.int64),  # a local step's queue tail, edges examined, candidates kept
+            "obits": xp.zeros(self.no, dtype=bool),  # the owned frontier as a byte map, before packing
+        }
         if self.kind != "gpu-sim":  # compile / load the local kernels outside the timed searches
-            z, seen = xp.zeros(2, np.int64), xp.ones(1, self.visited.dtype)
+            z, seen = xp.zeros(2, np.int64), xp.ones(1, buffers["visited"].dtype)
             i0, b0 = xp.zeros(1, itype), xp.zeros(1, np.uint8)
             c = xp.zeros(3, np.int64)
             # vertex 0 of a one-row graph without edges, already visited
             self._step("top_down", (z, i0, z[:1], seen, i0.copy(), i0.copy(), c), 1)
             self._step("bottom_up", (z, i0, i0, b0, i0, seen, i0.copy(), i0.copy(), i0.copy(), c), 1)
+        return buffers
+
+    def release(self) -> None:
+        """Give the buffers back for the next search on this block (their contents are no longer needed)."""
+        self.p["spare"].append(self.buffers)
 
     # ---- one search ------------------------------------------------------
 
