@@ -54,6 +54,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import comms
+from ...backend import concatenate
 from ...cluster import default_client
 from ...partition import (
     BlockGrid,
@@ -195,8 +196,8 @@ def bfs(graph: Any, source: int, *, client: Any = None, partition: str = "auto",
                           client=client, workers=layout.workers, name="bfs", fetch=True)
     outs = comms.fetch_group(futs)
     # widened as they are joined (no narrow temporary to copy again)
-    parent = np.concatenate([o["searches"][0]["parent"] for o in outs], dtype=np.int64)
-    level = np.concatenate([o["searches"][0]["level"] for o in outs], dtype=np.int64)
+    parent = concatenate([o["searches"][0]["parent"] for o in outs], dtype=np.int64)
+    level = concatenate([o["searches"][0]["level"] for o in outs], dtype=np.int64)
     stats = _merge_stats([o["searches"][0]["stats"] for o in outs])
     stats.update(partition="1d" if C == 1 else "2d", grid=(R, C),
                  construction_seconds=G.meta["_bfs_prep"][(R, C)].seconds,

@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import comms
-from ...backend import to_host
+from ...backend import concatenate, to_host
 from ...cluster import default_client
 from ...partition import (
     BlockGrid,
@@ -159,7 +159,7 @@ def color(graph: Any, *, distance: int | str = 1, client: Any = None, tie_break:
     setup, setup_s, setup_bytes = _prepared_setup(G, kind, client)   # once per (container, kind), on the workers
     res = comms.spmd(_color_rank, setup, tie_break == "degree", int(max_rounds), client=client, workers=addrs,
                      name=f"color-{kind}")
-    colors = np.concatenate([r[0] for r in res]).astype(np.int64, copy=False)
+    colors = concatenate([r[0] for r in res], dtype=np.int64)
     info = res[0][1]
     seconds = time.perf_counter() - t0
     nnz = int(G.nnz) if G.nnz is not None else sum(r[1]["nnz"] for r in res)

@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 
 from ... import comms
-from ...backend import namespace, to_host
+from ...backend import concatenate, namespace, to_host
 from ...cluster import default_client
 from ...partition import RowBlocks, as_array, as_row_blocks, check_bool, check_int, known_chunks, resilient
 from .cpu import _count_hits, _scan_kernel
@@ -196,8 +196,8 @@ def knn_graph(X: Any, k: int, *, exact: bool = False, metric: str = "euclidean",
     out = comms.spmd(fn, rank_args, n, k, metric, opts, int(seed), client=client, workers=addrs,
                      name="knn-exact" if exact else "knn-solanet")
     seconds = time.perf_counter() - t0
-    indices = np.concatenate([to_host(o[0]) for o in out], axis=0)
-    distances = np.concatenate([to_host(o[1]) for o in out], axis=0)
+    indices = concatenate([to_host(o[0]) for o in out])
+    distances = concatenate([to_host(o[1]) for o in out])
     infos = [o[2] for o in out]
     stats = _merge_stats(infos, seconds, n, P)
     g = KNNGraph(indices, distances, stats, exact=bool(exact), metric=metric)
