@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 
 @intrinsic
@@ -45,3 +46,39 @@ def _cttz(typingctx, x):  # pragma: no cover - compiled
         return builder.call(fn, [args[0], ir.IntType(1)(1)])
 
     return sig, codegen
+
+
+@intrinsic
+def _stack_empty(typingctx, size, dtype):  # pragma: no cover - compiled
+    """A 1-D C array of ``size`` elements (a compile-time constant) on the stack: LLVM knows that nothing
+    else points into it, so a fully unrolled loop over it keeps it in registers."""
+    if not isinstance(size, types.IntegerLiteral) or not isinstance(dtype, types.DType):
+        return None
+    n, dt = size.literal_value, dtype.dtype
+    arrty = types.Array(dt, 1, "C")
+    sig = arrty(size, dtype)
+
+    def codegen(context, builder, signature, args):
+        ll = context.get_data_type(dt)
+        intp = lambda v: context.get_constant(types.intp, v)  # noqa: E731
+        ptr = cgutils.alloca_once(builder, ll, size=intp(n))
+        ary = context.make_array(arrty)(context, builder)
+        itemsize = context.get_abi_sizeof(ll)
+        context.populate_array(ary, data=ptr, shape=[intp(n)], strides=[intp(itemsize)], itemsize=intp(itemsize),
+                               meminfo=None)
+        return ary._getvalue()
+
+    return sig, codegen
+
+
+def _row_buffer(n, dtype):  # pragma: no cover - replaced in compiled code
+    """A scratch row of ``n`` elements: on the stack for a compile-time ``n`` (:func:`_stack_empty`), else
+    ``np.empty``.  Only in numba-compiled code."""
+    raise NotImplementedError("_row_buffer is for numba-compiled code")
+
+
+@overload(_row_buffer, inline="always", prefer_literal=True)
+def _row_buffer_impl(n, dtype):  # pragma: no cover - compiled
+    if isinstance(n, types.IntegerLiteral):
+        return lambda n, dtype: _stack_empty(n, dtype)
+    return lambda n, dtype: np.empty(n, dtype)
