@@ -92,8 +92,8 @@ def _spmm_body(indptr, indices, data, B, C, accumulate, dist, K):  # pragma: no 
     line = max(1, 64 // B.itemsize)  # elements per cache line
     lines = (K + line - 1) // line   # (the prefetch loop counting its own trips cost a division per nonzero)
     # on the stack for a compile-time K, where LLVM keeps it in registers instead of loading and storing it
-    # around every FMA (one core, half of R-MAT SCALE 20: k = 8 0.23 -> 0.19 s, k = 16 0.34 -> 0.28 s, k = 64
-    # within noise)
+    # around every FMA (one core, half of R-MAT SCALE 20, interleaved with the heap row: k = 8 0.186 -> 0.155 s,
+    # k = 16 0.257 -> 0.216 s, k = 64 0.521 -> 0.499 s)
     acc = _row_buffer(K, C.dtype)
     for i in range(m):
         if accumulate:
