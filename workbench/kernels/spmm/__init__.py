@@ -512,12 +512,14 @@ def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> tuple[li
     column index into that B block) costs about as much as a multiply, so it
     is done once per (A, inner partition) on the workers that own the blocks
     and kept in ``A.meta`` as futures: later calls with the same A and the
-    same row partition of B start multiplying at once.  The key holds the
+    same row partition of B start multiplying at once, wherever dask placed
+    B's chunks.  The key holds the
     blocks' future keys, so a rebuilt A never sees stale tiles; the tiles are
     recomputed from A's futures if a worker is lost.
     """
     keys = tuple(tuple(sorted((k, f.key) for k, f in a.items())) for a in a_args)
-    ck = (lay.kind, tuple(int(x) for x in lay.koffs), lay.b_owner, keys)   # local B tiles get direct indices
+    # not B's placement: a tile whose B is local gets its direct index on the worker when first needed
+    ck = (lay.kind, tuple(int(x) for x in lay.koffs), keys)
     cache = A.meta.setdefault("_spmm_prepared", {})
     futs = cache.get(ck)
     if futs is not None and not any(f.status in ("error", "cancelled", "lost") for f in futs):

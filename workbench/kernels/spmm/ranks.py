@@ -136,6 +136,12 @@ class _TileStore:
         self.b = dict(b_in)
         with clock("prepare"):
             prep = a_in if isinstance(a_in, _PreparedA) else _prepare_rank_tiles(a_in, lay, rank)
+            if lay.kind == "1d":
+                # B's chunks may sit elsewhere than when A was cut (a new B, placed by dask): the tiles whose B
+                # is local now get their direct index here, once, kept with the prepared tiles for later calls
+                for key, tile in list(prep.tiles.items()):
+                    if tile[2] is None and lay.owner_b(key[1], 0) == rank:
+                        prep.tiles[key] = (*tile[:2], _direct_index(tile))
         self.a: dict = prep.tiles
         self.finite, self.dtypes = prep.finite, prep.dtypes
 
