@@ -833,9 +833,10 @@ def _reaches_client(to: Any) -> bool:
     return isinstance(to, dict) and to.get("net") is not None and to["net"] == host_key()
 
 
-def tell_kept(to: Any, group: str, rank: int, ttl: float) -> None:
-    """Rank side: tell the client (by lane, where it can reach it) to ask for the result (or failure)
-    that this rank kept in :data:`RESULTS` instead of sending it."""
+def keep_result(to: Any, group: str, rank: int, value: Any, ttl: float) -> None:
+    """Rank side: keep ``value`` (``_FAILED`` when the rank raised) in :data:`RESULTS` for the client to
+    ask for, and tell the client so by lane, where it can reach it."""
+    RESULTS.put(group, rank, value, ttl)
     if _reaches_client(to):
         send(to["lane"], ("kept", group, rank), ttl)
 

@@ -783,19 +783,16 @@ def _rank_entry(fn: Callable, group: str, rank: int, addresses: list[str], timeo
             worker.log_event(_INFO_TOPIC, {"group": group, "rank": rank, "info": pickle.dumps(out[1], protocol=5)})
             out = out[0]
         if fetch and not _samehost.send_result(fetch, group, rank, out, timeout):
-            RESULTS.put(group, rank, out, timeout)
-            _samehost.tell_kept(fetch, group, rank, timeout)
+            _samehost.keep_result(fetch, group, rank, out, timeout)
         return out
     except PeerFailedError:
         if fetch:
-            RESULTS.put(group, rank, _FAILED, timeout)
-            _samehost.tell_kept(fetch, group, rank, timeout)
+            _samehost.keep_result(fetch, group, rank, _FAILED, timeout)
         _QUIET_KEYS.add(key)  # the peer's own error is the one that counts
         raise
     except BaseException as e:
         if fetch:
-            RESULTS.put(group, rank, _FAILED, timeout)
-            _samehost.tell_kept(fetch, group, rank, timeout)
+            _samehost.keep_result(fetch, group, rank, _FAILED, timeout)
         comm._abort_peers(f"rank {rank} failed with {e.__class__.__name__}: {e}")
         if isinstance(e, ValueError | TypeError):  # bad input found on the worker: the client reports it
             _QUIET_KEYS.add(key)

@@ -508,24 +508,23 @@ def _rows_on(B: Any, client: Any, workers: Sequence[str]) -> RowBlocks:
 def _prepared_tiles(A: Any, lay: _Layout, a_args: list, client: Any) -> tuple[list, bool]:
     """Futures of every rank's prepared A tiles, cached on the distributed A.
 
-    Cutting A into compressed tiles (and, for the tile whose B is local, the
-    column index into that B block) costs about as much as a multiply, so it
+    Cutting A into compressed tiles costs about as much as a multiply, so it
     is done once per (A, inner partition) on the workers that own the blocks
     and kept in ``A.meta`` as futures: later calls with the same A and the
     same row partition of B start multiplying at once, wherever dask placed
-    B's chunks.  The key holds the
-    blocks' future keys, so a rebuilt A never sees stale tiles; the tiles are
+    B's chunks (a tile's column index into a local B block is added on its
+    worker the first time that block is local).  The key holds the blocks'
+    future keys, so a rebuilt A never sees stale tiles; the tiles are
     recomputed from A's futures if a worker is lost.
     """
     keys = tuple(tuple(sorted((k, f.key) for k, f in a.items())) for a in a_args)
-    # not B's placement: a tile whose B is local gets its direct index on the worker when first needed
     ck = (lay.kind, tuple(int(x) for x in lay.koffs), keys)
     cache = A.meta.setdefault("_spmm_prepared", {})
     futs = cache.get(ck)
     if futs is not None and not any(f.status in ("error", "cancelled", "lost") for f in futs):
         return list(futs), True
     cache.clear()  # one partition of B at a time: don't pile up copies of A
-    futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, r, workers=[lay.workers[r]],
+    futs = [client.submit(_prepare_rank_tiles, a_args[r], lay, workers=[lay.workers[r]],
                           allow_other_workers=False, pure=False, key=f"spmm-prepare-{uuid.uuid4().hex[:12]}-{r}")
             for r in range(lay.size)]
     cache[ck] = futs

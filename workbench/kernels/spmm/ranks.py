@@ -80,16 +80,15 @@ class _PreparedA:
         self.tiles, self.finite, self.dtypes = tiles, finite, dtypes
 
 
-def _prepare_rank_tiles(a_in: dict, lay: _Layout, rank: int) -> _PreparedA:
+def _prepare_rank_tiles(a_in: dict, lay: _Layout) -> _PreparedA:
     """Worker side: cut a rank's A blocks into tiles once (see :func:`_prepared_tiles`)."""
     tiles: dict = {}
     for key, blk in a_in.items():
         if lay.kind == "1d":
-            # the row block holds global column ids: cut it into the L inner tiles at once
+            # the row block holds global column ids: cut it into the L inner tiles at once (the tiles whose B
+            # is local get their direct index from _TileStore, wherever B's chunks are at the time)
             for l, tile in enumerate(_split_tiles(blk, lay.koffs)):
-                local = lay.owner_b(l, 0) == rank
-                direct = local  # the row kernels' index into the local B tile
-                tiles[(key[0], l)] = (*tile, _direct_index(tile) if direct else None)
+                tiles[(key[0], l)] = (*tile, None)
         else:
             tiles[key] = (*_split_tiles(blk, np.array([0, blk.shape[1]]))[0], None)
     finite = all(_all_finite(blk) for blk in a_in.values())
@@ -135,10 +134,10 @@ class _TileStore:
         self.lay, self.rank = lay, rank
         self.b = dict(b_in)
         with clock("prepare"):
-            prep = a_in if isinstance(a_in, _PreparedA) else _prepare_rank_tiles(a_in, lay, rank)
+            prep = a_in if isinstance(a_in, _PreparedA) else _prepare_rank_tiles(a_in, lay)
             if lay.kind == "1d":
-                # B's chunks may sit elsewhere than when A was cut (a new B, placed by dask): the tiles whose B
-                # is local now get their direct index here, once, kept with the prepared tiles for later calls
+                # the row kernels' index into a local B tile, made the first time that tile's B is local here
+                # (a new B may sit elsewhere than the last), kept with the prepared tiles for later calls
                 for key, tile in list(prep.tiles.items()):
                     if tile[2] is None and lay.owner_b(key[1], 0) == rank:
                         prep.tiles[key] = (*tile[:2], _direct_index(tile))
