@@ -164,6 +164,21 @@ def concatenate(arrays: Sequence[Any], dtype: Any = None) -> np.ndarray:
     return np.concatenate(arrays, out=empty(shape, dtype))
 
 
+def misalignment(x: Any) -> int:
+    """How many bytes ``x``'s data starts past a 64-byte boundary (a cache line, an AVX-512 vector).
+
+    ``empty`` gives 0.  numpy's large arrays start 16 bytes past one (malloc's header), and a chunk dask
+    deserialized out of a task graph (``da.from_array`` of host data) anywhere, odd addresses included.
+
+    Examples
+    --------
+    >>> misalignment(empty(1 << 18))
+    0
+    """
+    spec = getattr(x, "__cuda_array_interface__", None) or x.__array_interface__
+    return int(spec["data"][0]) % _HostPool.ALIGN
+
+
 class _Lease:
     """Owner of one pooled buffer while arrays view it; gives it back when they die."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backend import misalignment
 from .plan import _Stage
 
 #: Below this many elements per transform call FFTW_MEASURE costs more than it saves: its planning (0.1-2 s
@@ -38,7 +39,7 @@ def _fft_into(a: Any, out: Any, st: _Stage) -> None:
     same = a is out or (a.__array_interface__["data"][0] == out.__array_interface__["data"][0]
                         and a.strides == out.strides)
     key = (a.shape, a.strides, a.dtype.str, out.shape, out.strides, out.dtype.str, st.axes, direction, same,
-           _misalign(a), _misalign(out))
+           misalignment(a), misalignment(out))
     flags = ("FFTW_DESTROY_INPUT",) if st.kind == "c2r" else ()
     if a.size >= _MEASURE_MIN and key not in _PLANNED:
         with _PLAN_LOCK:
@@ -61,16 +62,12 @@ def _fft_into(a: Any, out: Any, st: _Stage) -> None:
     plan.execute()
 
 
-def _misalign(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0] % 64
-
-
 def _scratch_like(a: np.ndarray) -> np.ndarray:
     """A fresh array with ``a``'s shape, strides and address alignment (so FFTW wisdom carries over)."""
     import pyfftw
 
     span = sum((n - 1) * st for n, st in zip(a.shape, a.strides, strict=True)) + a.itemsize
-    off = _misalign(a)
+    off = misalignment(a)
     base = pyfftw.empty_aligned(span + 64 + a.itemsize, dtype=np.uint8, n=64)
     flat = base[off:off + span + (-span) % a.itemsize].view(a.dtype)
     return np.lib.stride_tricks.as_strided(flat, shape=a.shape, strides=a.strides)
