@@ -204,6 +204,35 @@ def test_split_tiles_array_namespace_form_matches_numba():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("offset", [0, 16, 3])
+def test_a_local_b_off_a_cache_line_is_gathered_not_read_in_place(offset):
+    """numpy's large arrays start 16 bytes past a cache line, and a chunk dask deserialized out of a task graph
+    (da.from_array) anywhere: a unit reads such a local B tile through its gathered rows, which start on one,
+    and only an aligned tile in place through the direct index.  Both give scipy's product."""
+    from workbench.kernels.spmm import ranks
+
+    A = _matrix(m=60, n=40)
+    B = _dense(20, 8)
+    raw = np.empty(B.nbytes + 128, np.uint8)
+    Bt = np.ndarray(B.shape, B.dtype, buffer=raw.data, offset=-raw.ctypes.data % 64 + offset)
+    Bt[...] = B
+    lay = ranks._Layout("1d", ["w0", "w1"], np.array([0, 30, 60]), np.array([0, 20, 40]), np.array([0, 8]))
+    store = ranks._TileStore(lay, 0, {(0, 0): A[:30]}, {(0, 0): Bt}, ranks._Clock())
+    assert store.reads_in_place(0, 0) == (offset == 0)
+    assert not store.reads_in_place(1, 0)                  # B(1) is the peer's
+    tile = store.a[(0, 0)]
+    assert (tile[2] is not None) == (offset == 0)          # the direct index is made for an in-place read only
+    rows = tile[1]
+    gathered = ranks._take_rows(Bt, rows)
+    assert gathered.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(gathered, B[rows])
+    want = A[:30, :20] @ B
+    for b, whole in ((gathered, False), (Bt, True)):
+        C = np.full((30, 8), np.nan)
+        ranks._multiply(tile, b, whole, C, accumulate=False)
+        np.testing.assert_allclose(C, want, rtol=1e-13, atol=1e-13)
+
+
 def test_bad_inputs(clients):
     client = clients(2)
     A = _matrix()

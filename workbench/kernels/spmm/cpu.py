@@ -1,6 +1,6 @@
 """SpMM's local CPU kernels (numba): the CSR x dense row kernel with software
 prefetch of B's rows (and its fixed-width variants), the column-range tile
-splitter and the finiteness scan.  Their numba.cuda twins live in
+splitter, the row gather and the finiteness scan.  Their numba.cuda twins live in
 :mod:`.cuda`."""
 
 from __future__ import annotations
@@ -69,6 +69,15 @@ def _split_tiles_nb(indptr, indices, data, koffs, out_idx, out_val):  # pragma: 
             out_idx[q] = pos[indices[p]]
             out_val[q] = data[p]
     return counts, starts, nrows, rows
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_rows_nb(src, rows, out):  # pragma: no cover - compiled
+    K = src.shape[1]
+    for i in range(rows.size):
+        r = rows[i]
+        for t in range(K):
+            out[i, t] = src[r, t]
 
 
 def _prefetch_distance(k: int, itemsize: int) -> int:
