@@ -30,8 +30,10 @@ from workbench.cluster import worker_addresses
 from workbench.kernels.knn import gaussian_mixture, recall, validate_knn
 
 PROFILES = {
-    "ci": {"n": 4000, "d": 32, "n_clusters": 20, "k": 10, "repeat": 1, "peer_repeat": 1},
-    "laptop": {"n": 100_000, "d": 64, "n_clusters": 50, "k": 10, "repeat": 2, "peer_repeat": 1},
+    "ci": {"n": 4000, "d": 32, "n_clusters": 20, "k": 10, "repeat": 1, "faiss_repeat": 1, "pynn_repeat": 1},
+    # issue #17 asks for the median of at least 3 after a warm-up: ours and pynndescent (the approximate target's
+    # peer, ~1 s a run); faiss runs once (30-40 s a run here, 25x behind the exact mode's 2x target)
+    "laptop": {"n": 100_000, "d": 64, "n_clusters": 50, "k": 10, "repeat": 3, "faiss_repeat": 1, "pynn_repeat": 3},
 }
 EXACT_TARGET = 2.0
 RECALL_TARGET = 0.95
@@ -90,7 +92,7 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     _faiss_flat(X[:500], k)
     _pynndescent(X[:2000], k)
     tf = wb.bench.measure(lambda: _faiss_flat(X, k), name="faiss IndexFlatL2 (2 threads)", warmup=0,
-                          repeat=p["peer_repeat"], keep_value=True)
+                          repeat=p["faiss_repeat"], keep_value=True)
     cpu: dict = {}
 
     def _pynn_cpu() -> np.ndarray:
@@ -103,7 +105,7 @@ def run(client: Any, profile: str = "laptop") -> list[dict]:
     # one untimed run at full size too, as ours get: whatever pynndescent compiles or loads on its first call at
     # this size is not timed as the peer's (session 28 timed it at 3.9 s, this machine's warm runs at 0.8-0.9 s)
     tp = wb.bench.measure(_pynn_cpu, name="pynndescent NNDescent (2 jobs)", warmup=1,
-                          repeat=p["peer_repeat"], keep_value=True)
+                          repeat=p["pynn_repeat"], keep_value=True)
     faiss_recall = recall(_drop_self(tf.value, k), g.indices)
     pynn_recall = recall(_drop_self(tp.value, k), g.indices)
 
