@@ -3,8 +3,9 @@
 Imported only on the device path (GPU or simulated GPU workers), so
 ``import workbench`` never imports numba.cuda.  Local products whose operands
 fit cuSPARSE go through cupyx instead (see ``ranks._multiply``); this row
-kernel covers the rest: the local B tile read in place through a tile's
-direct column index (no gather of B's rows), mixed dtypes and int64 indices.
+kernel covers the rest: an aligned local B tile read in place through a
+tile's direct column index (no gather of B's rows), mixed dtypes and int64
+indices.
 """
 
 from __future__ import annotations
