@@ -997,13 +997,16 @@ def test_gtsv_batch_kernel_matches_the_line_major_pass():
     assert np.abs(x - xs).max() <= 1e-13 * np.abs(xs).max()
 
 
-@pytest.mark.parametrize("vn, rows", [(64, 342), (21, 13), (8, 4), (3, 7), (13, 6)])
+@pytest.mark.parametrize("vn, rows", [(64, 342), (21, 13), (8, 4), (3, 7), (13, 6), (16, 64), (9, 12)])
 @pytest.mark.parametrize("strided", [False, True])
-def test_panel_transposes_move_every_entry(vn, rows, strided):
+@pytest.mark.parametrize("aligned", [False, True])
+def test_panel_transposes_move_every_entry(vn, rows, strided, aligned):
     # the gtsv pass's panel loads and stores (4 x 4 register tiles, eight systems at a time, scalar edges):
     # exactly numpy's transpose, for ragged counts of systems and rows, an offset first row, and blocks whose
-    # rows are not contiguous (the scalar path)
+    # rows are not contiguous (the scalar path); x on a cache line with rows of whole lines takes the
+    # streaming stores (8 and then 4 columns at a time)
     pytest.importorskip("numba")
+    from workbench.backend import empty
     from workbench.kernels.tridiag import cpu as K
 
     rng = np.random.default_rng(vn + rows)
@@ -1016,6 +1019,10 @@ def test_panel_transposes_move_every_entry(vn, rows, strided):
     np.testing.assert_array_equal(s[lo - i0:hi - i0, :vn], a[v0:v0 + vn, lo - r0:hi - r0].T)
     assert np.isnan(s[:lo - i0]).all() and np.isnan(s[hi - i0:]).all() and np.isnan(s[:, vn:]).all()
     x = np.full((V, rows + 2), np.nan)
+    if aligned:
+        x = empty((V, -(-(rows + 2) // 8) * 8))
+        x[:] = np.nan
+        assert x.ctypes.data % 64 == 0 and x.strides[0] % 64 == 0
     xv = x[:, ::2][:, :rows // 2] if strided else x[:, :rows]
     K.store_panel_kernel(s[:xv.shape[1]], xv, v0, vn)
     np.testing.assert_array_equal(xv[v0:v0 + vn], s[:xv.shape[1], :vn].T)
