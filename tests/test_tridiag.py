@@ -791,16 +791,17 @@ def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
 
 def test_long_lines_take_narrow_panels_with_the_same_answers(clients):
     # a long line's blocks (a twelfth of it) would not fit a 64-system panel in cache: the gtsv pass narrows its
-    # panels (24 systems at 12288 rows, a last one of 4 for 100 systems); the answers stay those of the
-    # line-major layout bit for bit
+    # panels (24 systems at 6144 rows, a last one of 4 for 100 systems; 32 at the README's 4096); the answers
+    # stay those of the line-major layout bit for bit
     import dask.array as da
 
     from workbench.kernels.tridiag.params import _BATCH_PANEL
     from workbench.kernels.tridiag.ranks import _panel_width
 
     client = clients(2)
-    V, n = 100, 12288
-    assert _panel_width(np.array([n // 12])) == 24 < _BATCH_PANEL and _panel_width(np.array([341])) == _BATCH_PANEL
+    V, n = 100, 6144
+    assert _panel_width(np.array([n // 12])) == 24 < _BATCH_PANEL and _panel_width(np.array([341])) == 32
+    assert _panel_width(np.array([85])) == _BATCH_PANEL
     assert _panel_width(np.array([10 ** 6])) == 8
     dl, d, du, b = _system("dominant", n, V, None, seed=5)
     x = wb.tridiag_solve(*[da.from_array(a, chunks=(V, -(-a.shape[1] // 2))) for a in (dl, d, du, b)], client=client)

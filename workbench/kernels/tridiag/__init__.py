@@ -87,7 +87,8 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
 
 * **gtsv layout** ``(batch, n)`` (``axis=-1``, the default; LAPACK's, each
   system a contiguous row), host or dask.  The fast path: each rank takes its
-  chunks as they lie and, panel by panel of 64 systems and block by block of
+  chunks as they lie and, panel by panel of systems (64, 32 at n = 4096,
+  fewer on longer lines) and block by block of
   the line (~340 rows at n = 4096), transposes the rows into line-major
   scratch that stays in L2 (4 x 4 tiles in registers, eight systems' rows at
   a time), runs the fused pass there (the same kernel, so the same answers bit

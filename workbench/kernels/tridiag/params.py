@@ -31,11 +31,14 @@ _FUSED_TILE = 2048
 #: of a panel's four inputs, transposed line-major, stays in L2 while it is solved; eight 8-wide vectors per
 #: row keep the elimination's dependency chains overlapped (32-96 run alike here; 128 is 5-30% slower).
 _BATCH_PANEL = 64
-#: ... and no more than a block's four inputs in this many bytes of panel (64 systems x 341 rows take 700 KB): blocks
+#: ... and no more than a block's four inputs in this many bytes of panel (32 systems x 341 rows take 350 KB): blocks
 #: grow with the line (a twelfth of it), and a long block's 64-system panel falls out of cache.  One rank's share,
 #: in seconds by panel width: 8192 systems of 8192, 0.139-0.146 at 64 and 0.127 at 32; 4096 of 16384, 0.139 at 64,
 #: 0.128 at 32 and 0.135 at 16; 1024 of 65536, 0.221 at 64 and 0.138 at 16 or 8.  Same bits at every width.
-_BATCH_PANEL_BYTES = 3 << 18
+#: The README call (16384 x 4096, 2 workers, widths interleaved in one cluster, slow-memory state): 0.347 s at 64,
+#: 0.325 at 48, 0.309 at 32; 8192 x 8192: 0.322 at 32, 0.307 at 16; short lines keep 64 (1024: 0.175 against 0.197
+#: at 32; 256: 0.231 against 0.275).
+_BATCH_PANEL_BYTES = 3 << 17
 _FUSED_WINDOW = 64
 #: Columns ahead that the (batch, n) panel loads prefetch on each row: the rows' segments in a block are short
 #: (~340 columns at n = 4096) for the hardware prefetcher to ramp up on (64: one rank's share 2-10% faster).
