@@ -87,12 +87,12 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
 
 * **gtsv layout** ``(batch, n)`` (``axis=-1``, the default; LAPACK's, each
   system a contiguous row), host or dask.  The fast path: each rank takes its
-  chunks as they lie and, panel by panel of systems (64, 32 at n = 4096,
-  fewer on longer lines) and block by block of
-  the line (~340 rows at n = 4096), transposes the rows into line-major
-  scratch that stays in L2 (4 x 4 tiles in registers, eight systems' rows at
-  a time), runs the fused pass there (the same kernel, so the same answers bit
-  for bit) and writes ``x`` back into the same layout; the inputs are read
+  chunks as they lie and, panel by panel of systems (64; 32 at n = 4096,
+  fewer on longer lines) and block by block of the line (~340 rows at
+  n = 4096), transposes the rows into line-major scratch that stays in L2
+  (4 x 4 tiles in registers, eight systems' rows at a time), runs the fused
+  pass there (the same kernel, so the same answers bit for bit) and writes
+  ``x`` back into the same layout, whole lines at a time; the inputs are read
   once and ``x`` written once, as in the line-major pass, plus the in-cache
   transposes.  Dask arrays chunked along ``n`` are read where they lie: each
   rank goes to the worker holding most of its chunks, and chunks of
