@@ -982,9 +982,9 @@ def load_panel_kernel(a, r0, s, v0, vn, i0, i1):
 def store_panel_kernel(s, x, v0, vn):
     # x[v0 + v, i] = s[i, v]: a panel's answers back into the (batch, m) block, eight systems' rows at a time
     # in 4 x 4 tiles as load_panel_kernel reads them.  Streaming stores fill a 64-byte line of four rows,
-    # then of the next four: with eight rows' half lines open at once the write-combining buffers flushed
-    # partial lines, and the README case's pass ran ~30% slower than with ordinary stores on this host's
-    # slow-memory state (rank share 0.31 -> 0.22 s, same bits)
+    # then of the next four: with eight rows' half lines open at once (partial lines flushed) the README
+    # case's rank share took 0.30-0.32 s in this host's slow-memory state, against 0.22-0.25 with ordinary
+    # stores; whole lines at a time it takes 0.19-0.21 s there (same bits)
     m = s.shape[0]
     vb = 0
     unit = _unit_rows(s) and _unit_rows(x)
