@@ -29,7 +29,8 @@ _TILE_SYSTEMS = 1024
 _FUSED_TILE = 2048
 #: Systems per panel of the fused pass on the (batch, n) layout: one block of the line (~340 rows at n = 4096)
 #: of a panel's four inputs, transposed line-major, stays in L2 while it is solved; eight 8-wide vectors per
-#: row keep the elimination's dependency chains overlapped (32-96 run alike here; 128 is 5-30% slower).
+#: row keep the elimination's dependency chains overlapped (on short blocks 32-96 run alike here; 128 is 5-30%
+#: slower; long blocks take fewer, below).
 _BATCH_PANEL = 64
 #: ... and no more than a block's four inputs in this many bytes of panel (32 systems x 341 rows take 350 KB): blocks
 #: grow with the line (a twelfth of it), and a long block's 64-system panel falls out of cache.  One rank's share,
