@@ -773,8 +773,45 @@ def test_inputs_chunked_apart_run_only_the_ranks_and_their_cuts(clients):
         assert np.array_equal(np.asarray(x), ref)
 
 
+@pytest.mark.parametrize("n", [396, 1024, 3001, 4096, 4608, 4609, 8192, 9300, 16384, 65536])
+def test_fused_blocks_are_the_fewest_short_enough(n):
+    # the fused pass's blocks: sixths, or 12 j-ths with every twelfth an edge, the fewest whose blocks all fit
+    # _FUSED_ROWS (one coarser cut of either kind would not), so 1, 2, 3, 6 workers (and 4, 12 past sixths)
+    # see the same blocks
+    from workbench.kernels.tridiag import _fused_grid, block_grid
+    from workbench.kernels.tridiag.params import _FUSED_ROWS
+
+    grid = block_grid(n, 64)
+    K = len(grid) - 1
+    edges = _fused_grid(grid)
+    parts = len(edges) - 1
+    assert set(edges.tolist()) <= set(grid.tolist()) and edges[0] == 0 and edges[-1] == n
+    assert np.diff(edges).max() <= _FUSED_ROWS
+    if parts == 6:
+        assert np.diff(edges).min() >= 66
+    else:
+        assert parts % 12 == 0 and set(grid[::K // 12].tolist()) <= set(edges.tolist())
+        coarser = [grid[np.arange(p + 1) * K // p] for p in [6] + [12 * j for j in range(1, parts // 12)]]
+        assert all(np.diff(c).max() > _FUSED_ROWS for c in coarser), n
+
+
+def test_long_line_blocks_identical_for_1_2_3_4_workers(clients):
+    # 9300 rows take 24 blocks of 360-415 rows: every twelfth is an edge, so 4 workers' ranks cut no block
+    import dask.array as da
+
+    dl, d, du, b = _system("dominant", 9300, 8, None, seed=13)
+    outs = {}
+    for p in (1, 2, 3, 4):
+        x = wb.tridiag_solve(*[da.from_array(a, chunks=(8, -(-a.shape[1] // p))) for a in (dl, d, du, b)],
+                             client=clients(p))
+        assert x.stats["path"] == "fused" and x.stats["split"] == "line"
+        outs[p] = np.asarray(x)
+    _close(outs[1], _oracle(dl, d, du, b))
+    assert all(np.array_equal(outs[p], outs[1]) for p in (2, 3, 4))
+
+
 def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
-    # n = 200: twelfths, sixths and quarters of the line are shorter than 2 * halo + 2 rows, halves are not;
+    # n = 200: sixths and quarters of the line are shorter than 2 * halo + 2 rows, halves are not;
     # whole systems per worker (host input) or a line split over two, the same blocks and the same answers
     import dask.array as da
 
@@ -790,9 +827,9 @@ def test_short_lines_take_the_fused_pass_in_coarser_blocks(clients):
 
 
 def test_long_lines_take_narrow_panels_with_the_same_answers(clients):
-    # a long line's blocks (a twelfth of it) would not fit a 64-system panel in cache: the gtsv pass narrows its
-    # panels (24 systems at 6144 rows, a last one of 4 for 100 systems; 32 at the README's 4096); the answers
-    # stay those of the line-major layout bit for bit
+    # a long line's blocks (512 rows at n = 6144, twelfths) would not fit a 64-system panel in cache: the gtsv pass
+    # narrows its panels (24 systems there, a last one of 4 for 100 systems; 16 at the README's 4096, in sixths);
+    # the answers stay those of the line-major layout bit for bit
     import dask.array as da
 
     from workbench.kernels.tridiag.params import _BATCH_PANEL
@@ -800,7 +837,7 @@ def test_long_lines_take_narrow_panels_with_the_same_answers(clients):
 
     client = clients(2)
     V, n = 100, 6144
-    assert _panel_width(np.array([n // 12])) == 24 < _BATCH_PANEL and _panel_width(np.array([341])) == 32
+    assert _panel_width(np.array([n // 12])) == 24 < _BATCH_PANEL and _panel_width(np.array([683])) == 16
     assert _panel_width(np.array([85])) == _BATCH_PANEL
     assert _panel_width(np.array([10 ** 6])) == 8
     dl, d, du, b = _system("dominant", n, V, None, seed=5)
@@ -1066,32 +1103,34 @@ def test_gtsv_layout_odd_sizes_and_chunks_across_rank_edges(clients, n_workers):
                 assert x.stats["path"] == "fused", name
 
 
-@pytest.mark.parametrize("edges, P, want", [
-    ((0, 3000, 4096), 2, (0, 3072, 4096)),          # the twelfth nearest the chunk edge: 72 rows borrowed, not 952
-    ((0, 1366, 2732, 4096), 2, (0, 1366, 4096)),    # a whole chunk more for one rank beats lending half of one
-    ((0, 2048, 4096), 2, (0, 2048, 4096)),          # chunks of ceil(n / P): the equal shares
-    ((0, 4096), 2, (0, 2048, 4096)),                # one chunk: nothing to follow
-    ((0, 1366, 2732, 4096), 3, (0, 1366, 2731, 4096)),
-    ((0, 2000, 2100, 4096), 2, (0, 2048, 4096)),    # a 48-row borrow is cheaper than the imbalance
+@pytest.mark.parametrize("n, edges, P, want", [
+    (4096, (0, 3000, 4096), 2, (0, 2731, 4096)),      # the block edge nearest the chunk: 269 rows borrowed, not 952
+    (4096, (0, 1366, 2732, 4096), 2, (0, 1366, 4096)),  # a whole chunk more for one rank beats lending half of one
+    (4096, (0, 2048, 4096), 2, (0, 2048, 4096)),      # chunks of ceil(n / P): the equal shares
+    (4096, (0, 4096), 2, (0, 2048, 4096)),            # one chunk: nothing to follow
+    (4096, (0, 1366, 2732, 4096), 3, (0, 1366, 2731, 4096)),
+    (4096, (0, 2000, 2100, 4096), 2, (0, 2048, 4096)),  # a 48-row borrow is cheaper than the imbalance
+    (16384, (0, 12000, 16384), 2, (0, 12288, 16384)),  # 24ths of a long line: 288 rows borrowed, not 3808
+    (16384, (0, 9000, 16384), 2, (0, 8876, 16384)),
 ])
-def test_rank_edges_follow_the_chunks_at_twelfths(edges, P, want):
-    from workbench.kernels.tridiag import _line_offsets, block_grid
+def test_rank_edges_follow_the_chunks_at_block_edges(n, edges, P, want):
+    from workbench.kernels.tridiag import _fused_grid, _line_offsets, block_grid
 
-    got = _line_offsets(4096, P, 16384, np.array(edges))
+    got = _line_offsets(n, P, 16384, np.array(edges))
     assert tuple(int(o) for o in got) == want
-    assert set(got.tolist()) <= set(block_grid(4096, 16384)[::len(block_grid(4096, 16384)) // 12].tolist())
+    assert set(got.tolist()) <= set(_fused_grid(block_grid(n, 16384)).tolist())
 
 
 def test_ragged_chunks_along_n_move_few_rows(clients):
-    # (batch, n) chunked (V, 0.73 n) on 2 workers: the rank edge moves to the twelfth nearest the chunk edge,
-    # so a rank borrows a few columns of its neighbour's chunk instead of a quarter of the line; same bits
+    # (batch, n) chunked (V, 0.68 n) on 2 workers: the rank edge moves to the block edge (a sixth) nearest the
+    # chunk edge, so a rank borrows a few columns of its neighbour's chunk instead of a quarter of the line; same bits
     import dask.array as da
 
     client = clients(2)
     V, n = 16, 1200
     dl, d, du, b = _system("dominant", n, V, None, seed=12)
-    x = wb.tridiag_solve(*[da.from_array(a, chunks=(V, 880)) for a in (dl, d, du, b)], client=client)
-    assert x.stats["rows_per_worker"] == [900, 300] and x.stats["path"] == "fused"
+    x = wb.tridiag_solve(*[da.from_array(a, chunks=(V, 820)) for a in (dl, d, du, b)], client=client)
+    assert x.stats["rows_per_worker"] == [800, 400] and x.stats["path"] == "fused"
     assert x.stats["bytes_moved"] < 4 * 8 * V * 40, x.stats["bytes_moved"]
     assert np.array_equal(np.asarray(x), np.asarray(wb.tridiag_solve(dl, d, du, b, client=client)))
     _close(np.asarray(x), _oracle(dl, d, du, b))

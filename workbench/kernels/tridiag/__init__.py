@@ -51,11 +51,14 @@ Fused single pass (batches of dominant systems)
 -----------------------------------------------
 For a batch with one right-hand side and ``reduced="auto"`` (and the compact
 derivative's systems, the paper's use case), the line is cut
-into 12 *blocks* (runs of the grid's sub-blocks; cut again at rank edges, so
-1, 2, 3, 4, 6 or 12 workers see the same blocks; a line too short for
-twelfths of ``2 H + 2`` rows is cut in sixths, quarters, halves or not at
-all, and the worker counts dividing those see the same blocks) and each rank
-makes one pass over its inputs, tile by tile of 2048 systems:
+into *blocks* (runs of the grid's sub-blocks; cut again at rank edges): the
+fewest of at most 768 rows among its sixths and its 12, 24, 36, ...-ths
+(every twelfth an edge), since each block pays for its edges; a line too
+short for sixths of ``2 H + 2`` rows is cut in quarters, halves or not at
+all.  The worker counts dividing the number of blocks see the same blocks
+(1, 2, 3 and 6 on any line; 4 and 12 too past 4608 rows), so the same
+answers.  Each rank makes one pass over its inputs, tile by tile of 2048
+systems:
 
 * a forward elimination writes ``b'`` into ``x`` and ``c'`` into a ring of
   rows; every ``W = 64`` rows, the window is back-substituted starting
@@ -87,8 +90,8 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
 
 * **gtsv layout** ``(batch, n)`` (``axis=-1``, the default; LAPACK's, each
   system a contiguous row), host or dask.  The fast path: each rank takes its
-  chunks as they lie and, panel by panel of systems (64; 32 at n = 4096,
-  fewer on longer lines) and block by block of the line (~340 rows at
+  chunks as they lie and, panel by panel of systems (64 on short blocks,
+  16 on n = 4096's) and block by block of the line (~680 rows at
   n = 4096), transposes the rows into line-major scratch that stays in L2
   (4 x 4 tiles in registers, eight systems' rows at a time), runs the fused
   pass there (the same kernel, so the same answers bit for bit) and writes
@@ -107,7 +110,7 @@ costs (``m``: a rank's rows, every figure per element of the five arrays):
   the chunk whole, they are cut beside the chunk and only they travel; a rank
   whose rows span three or more chunks of an input solves its blocks of the
   line in runs that each read two chunks at most, joined as ranks are (the
-  same bits); only where one block (~340 rows at n = 4096) reaches into three
+  same bits); only where one block (~680 rows at n = 4096) reaches into three
   chunks are they copied into one block first (``stats["gtsv_in_place"]``
   says which).  Dask arrays chunked along the batch, or along both axes (a
   grid of chunks, as dask's ``chunks="auto"`` cuts a large square batch),
@@ -212,6 +215,7 @@ from .params import (
     _FUSED_BLOCKS,
     _FUSED_COARSER,
     _FUSED_HALOS,
+    _FUSED_ROWS,
     _MOVE_COST,
     _PROBE,
     _SPREAD_BYTES,
@@ -627,10 +631,10 @@ def _rank_offsets(n: int, P: int, batch: int = 1) -> np.ndarray:
 
 
 def _line_offsets(n: int, P: int, batch: int, edges: np.ndarray) -> np.ndarray:
-    """Rank offsets along the line for inputs whose chunks end at ``edges``: equal shares of the twelfths,
-    each rank edge moved to the twelfth nearest a chunk edge where the rows that then need not move between
-    workers outweigh the imbalance (``_MOVE_COST``).  Twelfths keep the fused pass's blocks, so the
-    answers do not change by a bit."""
+    """Rank offsets along the line for inputs whose chunks end at ``edges``: equal shares of the grid, each
+    rank edge moved to the edge of the fused pass's blocks (:func:`_fused_grid`) nearest a chunk edge where
+    the rows that then need not move between workers outweigh the imbalance (``_MOVE_COST``).  Those edges
+    keep the fused pass's blocks, so the answers do not change by a bit."""
     offs = _rank_offsets(n, P, batch)
     grid = block_grid(n, batch)
     coarse = _fused_grid(grid)
@@ -659,17 +663,32 @@ def _sub_blocks(lo: int, hi: int, grid: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _fused_grid(grid: np.ndarray) -> np.ndarray | None:
-    """Where the fused pass's blocks may end along the line (before rank edges cut them): the grid's twelfths,
-    or on a line too short for twelfths of ``2 * halo + 2`` rows its sixths, quarters, halves or the whole line,
-    the finest that long, so a short line (a 256-point axis of a 3-D field) still takes the single pass
-    (65536 systems of 256 rows, 2 workers: 0.45 s a call on the two-pass path).  A function of the grid
-    alone: every worker count that divides the number of blocks gets the same blocks, so the same answers."""
+    """Where the fused pass's blocks may end along the line (before rank edges cut them): the fewest blocks of at
+    most ``_FUSED_ROWS`` rows among the grid's sixths and its ``12 j``-ths (every twelfth an edge), so a block's
+    edges cost little against its rows and a gtsv panel of it keeps two vectors of systems; on a line too short
+    for sixths of ``2 * halo + 2`` rows its quarters, halves or the whole line, the finest that long, so a short
+    line (a 256-point axis of a 3-D field) still takes the single pass (65536 systems of 256 rows, 2 workers:
+    0.45 s a call on the two-pass path).  A function of the grid alone: every worker count that divides the
+    number of blocks gets the same blocks, so the same answers (1, 2, 3 and 6 workers on any line; 4 and 12
+    too from 4609 rows, where sixths are too long)."""
     K = len(grid) - 1
     if K % _FUSED_BLOCKS:
         return None
-    for parts in (_FUSED_BLOCKS, *_FUSED_COARSER):
-        coarse = grid[::K // parts]
-        if np.diff(coarse).min() >= 2 * _FUSED_HALOS[0] + 2:
+    shortest = 2 * _FUSED_HALOS[0] + 2
+
+    def cut(parts: int) -> np.ndarray:     # floor(i K / parts): the twelfths are edges of every 12 j-th cut
+        return grid[np.arange(parts + 1, dtype=np.int64) * K // parts]
+
+    coarse = cut(_FUSED_COARSER[0])
+    if np.diff(coarse).max() > _FUSED_ROWS:
+        fits = (cut(_FUSED_BLOCKS * j) for j in range(1, K // _FUSED_BLOCKS + 1))
+        # a grid of sub-blocks longer than that (few systems, no fused pass) keeps its twelfths
+        coarse = next((c for c in fits if np.diff(c).max() <= _FUSED_ROWS), cut(_FUSED_BLOCKS))
+    if np.diff(coarse).min() >= shortest:
+        return coarse
+    for parts in _FUSED_COARSER[1:]:
+        coarse = cut(parts)
+        if np.diff(coarse).min() >= shortest:
             return coarse
     return None
 
@@ -678,8 +697,8 @@ def _fused_blocks(spec: _Spec, offs: np.ndarray, grid: np.ndarray) -> list | Non
     """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
 
     The blocks are runs of the grid's sub-blocks cut at :func:`_fused_grid`'s edges (and at rank edges),
-    so for 1, 2, 3, 4, 6 or 12 workers (those dividing the number of blocks) they are the same blocks and
-    the answers stay bitwise identical.
+    so for the worker counts dividing the number of blocks (1, 2, 3 and 6 on any line) they are the same
+    blocks and the answers stay bitwise identical.
     """
     P = len(offs) - 1
     coarse = _fused_grid(grid)

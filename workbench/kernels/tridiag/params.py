@@ -27,34 +27,43 @@ _TILE_SYSTEMS = 1024
 #: benchmark's random systems, 48 for the sixth-order compact scheme (alpha = 1/3: |c'| -> 0.38);
 #: each 16 rows more cost ~10% here.
 _FUSED_TILE = 2048
-#: Systems per panel of the fused pass on the (batch, n) layout: one block of the line (~340 rows at n = 4096)
+#: Systems per panel of the fused pass on the (batch, n) layout: one block of the line (~680 rows at n = 4096)
 #: of a panel's four inputs, transposed line-major, stays in L2 while it is solved; eight 8-wide vectors per
 #: row keep the elimination's dependency chains overlapped (on short blocks 32-96 run alike here; 128 is 5-30%
 #: slower; long blocks take fewer, below).
 _BATCH_PANEL = 64
-#: ... and no more than a block's four inputs in this many bytes of panel (32 systems x 341 rows take 350 KB): blocks
-#: grow with the line (a twelfth of it), and a long block's 64-system panel falls out of cache.  One rank's share,
-#: in seconds by panel width: 8192 systems of 8192, 0.139-0.146 at 64 and 0.127 at 32; 4096 of 16384, 0.139 at 64,
-#: 0.128 at 32 and 0.135 at 16; 1024 of 65536, 0.221 at 64 and 0.138 at 16 or 8.  Same bits at every width.
-#: The README call (16384 x 4096, 2 workers, widths interleaved in one cluster, slow-memory state): 0.347 s at 64,
-#: 0.325 at 48, 0.309 at 32; 8192 x 8192: 0.322 at 32, 0.307 at 16; short lines keep 64 (1024: 0.175 against 0.197
-#: at 32; 256: 0.231 against 0.275).
+#: ... and no more than a block's four inputs in this many bytes of panel (16 systems x 683 rows take 350 KB):
+#: blocks grow with the line (up to _FUSED_ROWS), and a long block's 64-system panel falls out of cache.  One
+#: rank's share, in seconds by panel width (in twelfths of the line): 8192 systems of 8192, 0.139-0.146 at 64 and
+#: 0.127 at 32; 4096 of 16384, 0.139 at 64, 0.128 at 32 and 0.135 at 16; 1024 of 65536, 0.221 at 64 and 0.138 at
+#: 16 or 8.  Same bits at every width.  The README call (16384 x 4096, 2 workers, widths interleaved in one
+#: cluster, slow-memory state, twelfths): 0.347 s at 64, 0.325 at 48, 0.309 at 32; 8192 x 8192: 0.322 at 32,
+#: 0.307 at 16; short lines keep 64 (1024: 0.175 against 0.197 at 32; 256: 0.231 against 0.275).
 _BATCH_PANEL_BYTES = 3 << 17
 _FUSED_WINDOW = 64
 #: Columns ahead that the (batch, n) panel loads prefetch on each row: the rows' segments in a block are short
-#: (~340 columns at n = 4096) for the hardware prefetcher to ramp up on (64: one rank's share 2-10% faster).
+#: (a few hundred columns) for the hardware prefetcher to ramp up on (64: one rank's share 2-10% faster).
 _PREFETCH_COLUMNS = 64
 _FUSED_HALOS = (32, 40, 48, 56, 64)
 #: Rows the decay probe averages over (after a transient), and its safety margin on the halo's product.
 _PROBE_ROWS = (16, 80)
 _PROBE_MARGIN = 1e-3
-#: Blocks of the fused pass per line (the grid's sub-blocks grouped; 12: equal shares for 1-4, 6, 12 workers),
-#: and the coarser cuts a line too short for twelfths takes, finest first (see __init__._fused_grid).
+#: Blocks of the fused pass per line come in multiples of 12 (the grid's sub-blocks grouped: equal shares for 1-4,
+#: 6, 12 workers), or 6 where sixths are short enough, and the coarser cuts a line too short for sixths takes,
+#: finest first (see __init__._fused_grid) ...
 _FUSED_BLOCKS = 12
 _FUSED_COARSER = (6, 4, 2, 1)
+#: ... and of the fewest blocks no longer than this: each block pays for its edges (the coupling columns of its
+#: first and last H rows, the interface), while past this rows a gtsv panel holds 8 systems (_BATCH_PANEL_BYTES),
+#: one vector.  One rank's share of (16384, 4096) (batch, n) in one process (medians of 5): 0.146 s in blocks of
+#: 341 rows, 0.138 in 512 or 683, 0.165 in 1024; of (4096, 16384): 0.169 in 341, 0.154 in 683, 0.175 in 1365.
+#: The README call (2 workers, medians of 3 x 4): 0.184 s in twelfths (341 rows), 0.168 in sixths (683); 4096 x
+#: 16384: 0.199 in twelfths (1365), 0.181 in 24ths (683).  The line-major pass runs alike in either.
+_FUSED_ROWS = 768
 #: Rows a rank solves in the time one row (the four inputs' columns) moves to it from a neighbour's chunk
-#: (~13 here: 2 workers, (16384, 4096) chunked (16384, 3000)); a rank edge follows the caller's chunk edge
-#: to the nearest twelfth while the rows it then need not borrow outweigh the imbalance at this rate.
+#: (~13 here: 2 workers, (16384, 4096) chunked (16384, 3000)); a rank edge follows the caller's chunk edge to
+#: the nearest edge of the fused pass's blocks while the rows it then need not borrow outweigh the imbalance at
+#: this rate.
 _MOVE_COST = 8
 #: A dask input in fewer chunks (along the line, or rows of chunks along the batch) than there are workers
 #: takes a rank per chunk once a worker's share of the inputs reaches this: a rank without a chunk of its
