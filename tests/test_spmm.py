@@ -413,6 +413,30 @@ def test_dask_b_row_chunks_used_where_they_live(clients, n_workers, monkeypatch)
     np.testing.assert_allclose(np.asarray(wb.spmm(G, Bd, client=client)), A @ B, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend, n_workers", [("cpu", 2), ("cpu", 3), ("gpu-sim", 2)])
+def test_dask_b_in_fewer_chunks_than_workers_is_multiplied_in_pieces(clients, backend, n_workers):
+    # B in one chunk (dask's 128 MiB default holds R-MAT SCALE 18 x 64 whole): each chunk is cut in
+    # _B_PIECES inner tiles, read in place as views, so a rank without B multiplies one piece while the next
+    # arrives; every schedule gets the product, and B in as many chunks as workers stays whole
+    import dask.array as da
+
+    from workbench.kernels import spmm as ks
+
+    client = clients(n_workers, backend=backend)
+    A, B = _matrix(m=40, n=33), _dense(33, 4)
+    G = wb.distribute(A, client=client)
+    one = client.persist(da.from_array(B, chunks=(33, 4)))
+    many = client.persist(da.from_array(B, chunks=(-(-33 // n_workers), 4)))
+    wait([one, many])
+    for algorithm in ks.ALGORITHMS:
+        C = wb.spmm(G, one, algorithm=algorithm, client=client)
+        np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+    assert wb.spmm(G, one, client=client).stats["units"] == [ks._B_PIECES] * n_workers
+    C = wb.spmm(G, many, client=client)
+    assert C.stats["units"] == [n_workers] * n_workers
+    np.testing.assert_allclose(np.asarray(C), A @ B, rtol=1e-12, atol=1e-12)
+
+
 def test_dask_b_chunks_off_the_group_move_to_their_ranks_once(clients):
     # A on two of three workers, B's chunks all on the third: they move to their ranks' workers before the
     # first group and stay there alone, so no call's ranks wait for a transfer, even with the active memory

@@ -87,6 +87,11 @@ from .ranks import (
 __all__ = ["spmm", "spgemm", "validate_spmm", "SparseResult", "ALGORITHMS", "traffic_bytes"]
 
 ALGORITHMS = ("stationary-c", "stationary-a", "summa", "work-stealing")
+#: Tiles a chunk of a dask B is cut into when B has fewer chunks than there are workers (dask's 128 MiB chunks:
+#: one for R-MAT SCALE 18 x 64): a rank without B multiplies one while the next arrives.  2 workers, medians of
+#: 3 x 4 calls: SCALE 18, k = 64, 0.114 s a call in one tile, 0.101 in 2 or 4; k = 32, 0.071, 0.064 in 2.
+#: Cutting where every worker holds a chunk only adds passes over C (SCALE 20, four chunks: 0.43 s, 0.51 in 8).
+_B_PIECES = 2
 
 
 @resilient
@@ -465,8 +470,10 @@ def _place(plan: dict, A: Any, B: Any, client: Any) -> tuple[_Layout, list, list
 
 def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np.ndarray, tuple, list]:
     """A dask B's row chunks as 1-D inner tiles where they live: (row offsets, owning rank per tile, per-rank
-    {(l, 0): future}).  A chunk on none of ``workers`` goes to a rank in proportion and moves there
-    before the group (move_keys)."""
+    {(l, 0): future, or (future, first row, end row) for a piece of a chunk}).  A chunk on none of
+    ``workers`` goes to a rank in proportion and moves there before the group (move_keys).  In fewer chunks
+    than workers (so some rank holds none), every chunk is cut in ``_B_PIECES`` tiles: a rank without B
+    multiplies one while the next arrives, instead of waiting for all the rows it needs first."""
     from distributed import futures_of
 
     if B.numblocks[1] != 1:
@@ -477,20 +484,29 @@ def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np
     who = client.who_has([fmap[key] for key in keys])
     rank_of = {w: r for r, w in enumerate(workers)}
     sizes = Bp.chunks[0]
-    koffs, owners = [0], []
-    b_args: list[dict] = [{} for _ in workers]
+    chunks, start = [], 0      # (rank, key, first row) of each non-empty chunk
     away: dict[str, list] = collections.defaultdict(list)
     for l, key in enumerate(keys):
         if sizes[l] == 0:
             continue
         held = [rank_of[w] for w in who.get(key, ()) if w in rank_of]
-        r = min(held) if held else min(len(workers) - 1, koffs[-1] * len(workers) // int(Bp.shape[0]))
+        r = min(held) if held else min(len(workers) - 1, start * len(workers) // int(Bp.shape[0]))
         if not held and who.get(key):
             away[workers[r]].append(key)
-        b_args[r][(len(owners), 0)] = fmap[key]
-        owners.append(r)
-        koffs.append(koffs[-1] + int(sizes[l]))
+        chunks.append((r, key, l))
+        start += int(sizes[l])
     move_keys(client, away)   # before the group, not pulled by the rank (move_keys says why)
+    # decided by the chunking alone, so A's tiles (cut by these offsets) serve every placement of B's chunks
+    pieces = _B_PIECES if len(chunks) < len(workers) else 1
+    koffs, owners = [0], []
+    b_args: list[dict] = [{} for _ in workers]
+    for r, key, l in chunks:
+        cuts = [int(sizes[l]) * q // pieces for q in range(pieces + 1)]
+        for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True):
+            if c1 > c0:
+                b_args[r][(len(owners), 0)] = fmap[key] if pieces == 1 else (fmap[key], c0, c1)
+                owners.append(r)
+                koffs.append(koffs[-1] + c1 - c0)
     return np.asarray(koffs, dtype=np.int64), tuple(owners), b_args
 
 

@@ -248,6 +248,8 @@ class _Service:
 def _spmm_rank(comm: Any, rank_arg: tuple, lay: _Layout, algorithm: str, check_finite: tuple,
                seed: int) -> tuple:
     a_in, b_in = rank_arg
+    # a piece of a chunk of B (first row, end row), as _dask_rows_in_place cuts one: a view
+    b_in = {key: t[0][t[1]:t[2]] if isinstance(t, tuple) else t for key, t in b_in.items()}
     t_start = time.perf_counter()
     clock = _Clock()
     sent0 = comm.stats["bytes_sent"]
