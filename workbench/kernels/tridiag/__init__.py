@@ -56,8 +56,8 @@ fewest of at most 768 rows among its sixths and its 12, 24, 36, ...-ths
 (every twelfth an edge), since each block pays for its edges; a line too
 short for sixths of ``2 H + 2`` rows is cut in quarters, halves or not at
 all.  The worker counts dividing the number of blocks see the same blocks
-(1, 2, 3 and 6 on any line; 4 and 12 too past 4608 rows), so the same
-answers.  Each rank makes one pass over its inputs, tile by tile of 2048
+(1, 2, 3 and 6 where the line takes sixths or finer; 4 and 12 too past 4608
+rows), so the same answers.  Each rank makes one pass over its inputs, tile by tile of 2048
 systems:
 
 * a forward elimination writes ``b'`` into ``x`` and ``c'`` into a ring of
@@ -669,8 +669,8 @@ def _fused_grid(grid: np.ndarray) -> np.ndarray | None:
     for sixths of ``2 * halo + 2`` rows its quarters, halves or the whole line, the finest that long, so a short
     line (a 256-point axis of a 3-D field) still takes the single pass (65536 systems of 256 rows, 2 workers:
     0.45 s a call on the two-pass path).  A function of the grid alone: every worker count that divides the
-    number of blocks gets the same blocks, so the same answers (1, 2, 3 and 6 workers on any line; 4 and 12
-    too from 4609 rows, where sixths are too long)."""
+    number of blocks gets the same blocks, so the same answers (1, 2, 3 and 6 workers where the line takes
+    sixths or finer; 4 and 12 too from 4609 rows, where sixths are too long)."""
     K = len(grid) - 1
     if K % _FUSED_BLOCKS:
         return None
@@ -697,8 +697,8 @@ def _fused_blocks(spec: _Spec, offs: np.ndarray, grid: np.ndarray) -> list | Non
     """Per-rank (starts, lengths) of the fused pass's blocks, or None where it does not apply.
 
     The blocks are runs of the grid's sub-blocks cut at :func:`_fused_grid`'s edges (and at rank edges),
-    so for the worker counts dividing the number of blocks (1, 2, 3 and 6 on any line) they are the same
-    blocks and the answers stay bitwise identical.
+    so for the worker counts dividing the number of blocks (1, 2, 3 and 6 where the line takes sixths or
+    finer) they are the same blocks and the answers stay bitwise identical.
     """
     P = len(offs) - 1
     coarse = _fused_grid(grid)

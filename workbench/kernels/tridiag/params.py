@@ -54,7 +54,7 @@ _PROBE_MARGIN = 1e-3
 _FUSED_BLOCKS = 12
 _FUSED_COARSER = (6, 4, 2, 1)
 #: ... and of the fewest blocks no longer than this: each block pays for its edges (the coupling columns of its
-#: first and last H rows, the interface), while past this rows a gtsv panel holds 8 systems (_BATCH_PANEL_BYTES),
+#: first and last H rows, the interface), while past this many rows a gtsv panel holds 8 systems (_BATCH_PANEL_BYTES),
 #: one vector.  One rank's share of (16384, 4096) (batch, n) in one process (medians of 5): 0.146 s in blocks of
 #: 341 rows, 0.138 in 512 or 683, 0.165 in 1024; of (4096, 16384): 0.169 in 341, 0.154 in 683, 0.175 in 1365.
 #: The README call (2 workers, medians of 3 x 4): 0.184 s in twelfths (341 rows), 0.168 in sixths (683); 4096 x
