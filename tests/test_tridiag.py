@@ -779,7 +779,7 @@ def test_fused_blocks_are_the_fewest_short_enough(n):
     # _FUSED_ROWS (one coarser cut of either kind would not), so 1, 2, 3, 6 workers (and 4, 12 past sixths)
     # see the same blocks
     from workbench.kernels.tridiag import _fused_grid, block_grid
-    from workbench.kernels.tridiag.params import _FUSED_ROWS
+    from workbench.kernels.tridiag.params import _FUSED_HALOS, _FUSED_ROWS
 
     grid = block_grid(n, 64)
     K = len(grid) - 1
@@ -788,7 +788,7 @@ def test_fused_blocks_are_the_fewest_short_enough(n):
     assert set(edges.tolist()) <= set(grid.tolist()) and edges[0] == 0 and edges[-1] == n
     assert np.diff(edges).max() <= _FUSED_ROWS
     if parts == 6:
-        assert np.diff(edges).min() >= 66
+        assert np.diff(edges).min() >= 2 * _FUSED_HALOS[0] + 2
     else:
         assert parts % 12 == 0 and set(grid[::K // 12].tolist()) <= set(edges.tolist())
         coarser = [grid[np.arange(p + 1) * K // p] for p in [6] + [12 * j for j in range(1, parts // 12)]]

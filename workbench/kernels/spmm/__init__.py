@@ -484,7 +484,7 @@ def _dask_rows_in_place(B: Any, client: Any, workers: Sequence[str]) -> tuple[np
     who = client.who_has([fmap[key] for key in keys])
     rank_of = {w: r for r, w in enumerate(workers)}
     sizes = Bp.chunks[0]
-    chunks, start = [], 0      # (rank, key, first row) of each non-empty chunk
+    chunks, start = [], 0      # (rank, key, chunk index) of each non-empty chunk; start: its first row
     away: dict[str, list] = collections.defaultdict(list)
     for l, key in enumerate(keys):
         if sizes[l] == 0:
